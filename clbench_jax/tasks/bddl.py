@@ -32,49 +32,58 @@ class SList:
 Node = Union[Sym, SList]
 
 
-def tokenize(text: str) -> list[tuple[str, int]]:
-    """Split into '(' / ')' / atoms with 1-based line numbers; `;` starts a comment."""
-    toks: list[tuple[str, int]] = []
-    line, i, n = 1, 0, len(text)
+def tokenize(text: str) -> list[tuple[str, int, int]]:
+    """Split into '(' / ')' / atoms as (token, 1-based line, column); `;` starts a comment."""
+    toks: list[tuple[str, int, int]] = []
+    line, line_start, i, n = 1, 0, 0, len(text)
     while i < n:
         c = text[i]
         if c == "\n":
             line += 1
             i += 1
+            line_start = i
         elif c.isspace():
             i += 1
         elif c == ";":
             while i < n and text[i] != "\n":
                 i += 1
         elif c in "()":
-            toks.append((c, line))
+            toks.append((c, line, i - line_start))
             i += 1
         else:
             j = i
             while j < n and not text[j].isspace() and text[j] not in "();":
                 j += 1
-            toks.append((text[i:j], line))
+            toks.append((text[i:j], line, i - line_start))
             i = j
     return toks
 
 
 def parse_sexprs(text: str, file: str) -> list[Node]:
     """All top-level forms of `text`; unbalanced parentheses raise BDDLError at the offending line."""
-    stack: list[tuple[int, list[Node]]] = []  # (line of '(', items so far)
+    stack: list[tuple[int, int, bool, list[Node]]] = []  # (line, column, starts its line, items so far)
     top: list[Node] = []
-    for tok, line in tokenize(text):
+    suspect: int | None = None  # line of the first '(' that indentation says should have been closed
+    prev_line = 0
+    for tok, line, col in tokenize(text):
+        leading, prev_line = line != prev_line, line
         if tok == "(":
-            stack.append((line, []))
+            # A line-leading '(' at or left of a still-open line-leading '(' from an earlier line is a
+            # sibling of it, so that one lacks its ')'. Only used to point at the culprit once the
+            # parentheses are known to be unbalanced.
+            if leading and suspect is None:
+                suspect = next((ln for ln, c, lead, _ in stack if lead and ln < line and c >= col), None)
+            stack.append((line, col, leading, []))
         elif tok == ")":
             if not stack:
                 raise BDDLError("unbalanced parentheses: ')' with no matching '('", file=file, line=line, token=tok)
-            open_line, items = stack.pop()
-            (stack[-1][1] if stack else top).append(SList(tuple(items), open_line))
+            open_line, _, _, items = stack.pop()
+            (stack[-1][3] if stack else top).append(SList(tuple(items), open_line))
         else:
-            (stack[-1][1] if stack else top).append(Sym(tok, line))
+            (stack[-1][3] if stack else top).append(Sym(tok, line))
     if stack:
-        # The innermost unclosed '(' is the best guess at where a ')' went missing.
-        raise BDDLError("unbalanced parentheses: '(' is never closed", file=file, line=stack[-1][0], token="(")
+        line = suspect if suspect is not None else stack[-1][0]
+        raise BDDLError("unbalanced parentheses: '(' is never closed", file=file, line=line, token="(")
     return top
 
 

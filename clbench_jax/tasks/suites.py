@@ -233,6 +233,8 @@ def _index_names() -> dict[str, str]:
 
 def get_task(key: str) -> TaskSpec:
     """A task by full name (e.g. 'KITCHEN_SCENE3_turn_on_the_stove') or 'suite:index' (e.g. 'libero_10:2')."""
+    if not isinstance(key, str):
+        raise UnknownTaskError("a task is named by its full name or 'suite:index'", token=repr(key))
     names = _index_names()
     if key in names:
         suite = names[key]
