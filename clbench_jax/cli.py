@@ -1,0 +1,186 @@
+"""The `clbench` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import clbench_jax  # noqa: F401  (sets the offscreen GL backend before MuJoCo loads)
+
+
+def _task(key: str):
+    from clbench_jax.tasks.suites import get_task
+
+    return get_task(key)
+
+
+def _scene_for(task):
+    from clbench_jax.sim.scene import build_scene
+    from clbench_jax.tasks.suites import scene_tasks
+
+    return build_scene(scene_tasks(task.scene))
+
+
+def cmd_tasks_list(a):
+    from clbench_jax.tasks.format import format_suite_table
+
+    print(format_suite_table(a.suite))
+
+
+def cmd_tasks_show(a):
+    from clbench_jax.tasks.format import format_task
+
+    print(format_task(_task(a.task)))
+
+
+def cmd_sim_export(a):
+    import os
+
+    from clbench_jax.sim.scene import export_xml
+
+    task = _task(a.task)
+    xml = export_xml(_scene_for(task), task)
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(xml)
+    os.replace(tmp, a.out)
+    print(f"wrote {a.out} (scene {task.scene}, {len(xml)} bytes)")
+
+
+def cmd_sim_render(a):
+    import numpy as np
+
+    from clbench_jax.sim.init_states import make_init_bank
+    from clbench_jax.sim.render import BatchRenderer, save_png
+
+    task = _task(a.task)
+    scene = _scene_for(task)
+    bank = make_init_bank(scene, task, 1, seed=a.seed)
+    r = BatchRenderer(scene.model, a.size)
+    img = r.render(bank.state, bank.mocap)[0]
+    r.close()
+    save_png(a.out, np.concatenate(list(img), axis=1))
+    print(f"wrote {a.out}: {task.name} -- agentview | eye-in-hand, {a.size}x{a.size}")
+
+
+def _run_random(tasks, scene, n_per_task, horizon, backend, seed, progress=True):
+    import jax
+    import numpy as np
+
+    from clbench_jax.sim import env, rollout
+    from clbench_jax.sim.init_states import make_init_bank
+
+    banks = [make_init_bank(scene, t, n_per_task, seed=seed) for t in tasks]
+    ids = np.concatenate([[scene.task_index(t.name)] * n_per_task for t in tasks])
+    stack = rollout.task_stack(scene)
+    goals = jax.tree.map(lambda x: x[ids][:, None], stack.goal)
+    batch = rollout.EpisodeBatch(task_ids=ids, goals=goals,
+                                 state=np.concatenate([b.state for b in banks]),
+                                 mocap=np.concatenate([b.mocap for b in banks]),
+                                 keys=np.asarray(jax.random.split(jax.random.PRNGKey(seed), len(ids))))
+    policy, p0 = rollout.random_policy()
+    t0 = time.perf_counter()
+    rec = rollout.rollout(scene, policy, p0, batch, horizon, backend=backend, stop_at_success=False,
+                          progress=progress)
+    dt = time.perf_counter() - t0
+    return rec, ids, dt, banks
+
+
+def cmd_sim_rollout(a):
+    from clbench_jax.tasks.suites import suite_tasks
+
+    tasks = suite_tasks(a.suite) if a.task is None else [_task(a.task)]
+    scene = _scene_for(tasks[0])
+    rec, ids, dt, _ = _run_random(tasks, scene, a.n, a.horizon, a.backend, a.seed)
+    steps = len(ids) * a.horizon
+    print(f"{len(ids)} episodes x {a.horizon} steps on {a.backend}: {dt:.1f} s, {steps / dt:,.0f} control steps/s "
+          f"(compile included)")
+    for t in tasks:
+        m = ids == scene.task_index(t.name)
+        print(f"  {t.name[:70]:70s} success {rec.success[m, 0].mean():.2f}  moved {rec.action_initiated[m].mean():.2f}")
+
+
+def cmd_quickstart(a):
+    """The main job at this stage: a suite, its scene, settled initial states and batched random rollouts."""
+    from clbench_jax.tasks.format import format_suite_table
+    from clbench_jax.tasks.suites import suite_tasks
+
+    print(format_suite_table(a.suite))
+    tasks = suite_tasks(a.suite)
+    t0 = time.perf_counter()
+    scene = _scene_for(tasks[0])
+    m = scene.model
+    print(f"\nscene {scene.key}: {len(scene.objects)} objects, {len(scene.fixtures)} fixtures, {m.ngeom} geoms, "
+          f"{m.nbody} bodies, built in {time.perf_counter() - t0:.1f} s")
+    rec, ids, dt, banks = _run_random(tasks, scene, a.n, a.horizon, "native", a.seed)
+    print(f"\ninitial states: :init predicates hold in {sum(b.init_ok.sum() for b in banks)}/"
+          f"{sum(len(b.init_ok) for b in banks)} settled samples")
+    print(f"random policy, {len(ids)} episodes x {a.horizon} steps (native backend): "
+          f"{len(ids) * a.horizon / dt:,.0f} control steps/s")
+    print(f"{'task':60s} {'success':>8s} {'held@reset':>10s} {'moved':>6s}")
+    for t in tasks:
+        sel = ids == scene.task_index(t.name)
+        print(f"{t.name[:60]:60s} {rec.success[sel, 0].mean():8.2f} {rec.held_at_reset[sel, 0].mean():10.2f} "
+              f"{rec.action_initiated[sel].mean():6.2f}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="clbench", description=(
+        "clbench-jax: the LIBERO lifelong robot-learning benchmark in JAX + MuJoCo. "
+        "Start with `clbench quickstart`, then `clbench tasks list` and `clbench sim render TASK --out x.png`."))
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    q = sub.add_parser("quickstart", help="show a suite, build its scene, run batched random rollouts, print "
+                                          "success and throughput")
+    q.add_argument("--suite", default="libero_goal", help="libero_spatial | libero_object | libero_goal | "
+                                                          "libero_10 | libero_90 (default libero_goal)")
+    q.add_argument("--n", type=int, default=4, help="episodes per task (default 4)")
+    q.add_argument("--horizon", type=int, default=100, help="control steps per episode at 20 Hz (default 100)")
+    q.add_argument("--seed", type=int, default=0)
+    q.set_defaults(fn=cmd_quickstart)
+
+    t = sub.add_parser("tasks", help="list and show LIBERO tasks").add_subparsers(dest="sub", required=True)
+    tl = t.add_parser("list", help="index, name and instruction of every task (of one suite)")
+    tl.add_argument("--suite", default=None)
+    tl.set_defaults(fn=cmd_tasks_list)
+    ts = t.add_parser("show", help="a readable summary of one task")
+    ts.add_argument("task", help="full task name or SUITE:INDEX, e.g. libero_goal:3")
+    ts.set_defaults(fn=cmd_tasks_show)
+
+    s = sub.add_parser("sim", help="scenes: export, render, rollouts").add_subparsers(dest="sub", required=True)
+    se = s.add_parser("export", help="write a task's scene as MJCF (names are the BDDL names)")
+    se.add_argument("task")
+    se.add_argument("--out", required=True)
+    se.set_defaults(fn=cmd_sim_export)
+    sr = s.add_parser("render", help="draw a task's settled initial scene from agentview and eye-in-hand")
+    sr.add_argument("task")
+    sr.add_argument("--out", required=True, help="PNG file")
+    sr.add_argument("--size", type=int, default=256)
+    sr.add_argument("--seed", type=int, default=0)
+    sr.set_defaults(fn=cmd_sim_render)
+    so = s.add_parser("rollout", help="batched random-policy rollouts; prints success and throughput")
+    so.add_argument("--suite", default="libero_goal")
+    so.add_argument("--task", default=None, help="one task instead of the whole suite")
+    so.add_argument("--backend", default="native", choices=["native", "mjx"])
+    so.add_argument("--n", type=int, default=4, help="episodes per task")
+    so.add_argument("--horizon", type=int, default=100)
+    so.add_argument("--seed", type=int, default=0)
+    so.set_defaults(fn=cmd_sim_rollout)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from clbench_jax.errors import ClbenchError
+
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except ClbenchError as e:
+        print(f"clbench: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The `native` backend: MuJoCo C, many worlds stepped on threads with `mujoco.rollout`.
+
+A world's state is MuJoCo's full physics state (time, qpos, qvel, act, ...) plus its mocap poses (the fixtures'
+placement). Each control step sends the controls and mocap poses of all worlds to one threaded rollout of
+`n_substeps` physics steps and reads back the last substep's state and sensor readings.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import mujoco.rollout
+import numpy as np
+
+FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+CONTROL_SPEC = (mujoco.mjtState.mjSTATE_CTRL | mujoco.mjtState.mjSTATE_MOCAP_POS
+                | mujoco.mjtState.mjSTATE_MOCAP_QUAT)
+
+
+class NativeWorlds:
+    """`nworld` copies of a model stepped together. Not a pytree: host state, one per batch."""
+
+    def __init__(self, model: mujoco.MjModel, nworld: int, n_substeps: int, nthread: int | None = None):
+        import os
+        self.m, self.n, self.nsub = model, nworld, n_substeps
+        self.nthread = nthread or min(os.cpu_count() or 1, nworld)
+        self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
+        self._rollout = mujoco.rollout.Rollout(nthread=self.nthread) if self.nthread > 1 else None
+        self.nstate = mujoco.mj_stateSize(model, FULL)
+        self.state = np.zeros((nworld, self.nstate))
+        self.mocap = np.zeros((nworld, model.nmocap, 7))
+        self._out_state = np.zeros((nworld, n_substeps, self.nstate))
+        self._out_sens = np.zeros((nworld, n_substeps, model.nsensordata))
+        self.sensordata = np.zeros((nworld, model.nsensordata))
+
+    def close(self):
+        if self._rollout is not None:
+            self._rollout.close()
+            self._rollout = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def set_state(self, state: np.ndarray, mocap: np.ndarray) -> np.ndarray:
+        """Load full-physics states (n, nstate) and mocap poses (n, nmocap, 7); returns their sensor readings."""
+        self.state[:] = state
+        self.mocap[:] = mocap
+        d = self._datas[0]
+        for i in range(self.n):
+            mujoco.mj_setState(self.m, d, self.state[i], FULL)
+            d.mocap_pos[:] = self.mocap[i, :, :3]
+            d.mocap_quat[:] = self.mocap[i, :, 3:]
+            mujoco.mj_forward(self.m, d)
+            self.sensordata[i] = d.sensordata
+        return self.sensordata
+
+    def step(self, ctrl: np.ndarray) -> np.ndarray:
+        """Hold `ctrl` (n, nu) for n_substeps physics steps in every world; returns sensordata (n, nsensordata)."""
+        control = np.concatenate([np.asarray(ctrl, np.float64).reshape(self.n, -1),
+                                  self.mocap[:, :, :3].reshape(self.n, -1),
+                                  self.mocap[:, :, 3:].reshape(self.n, -1)], axis=1)[:, None, :]
+        if self._rollout is not None:
+            self._rollout.rollout(self.m, self._datas, self.state, control, control_spec=CONTROL_SPEC,
+                                  nstep=self.nsub, state=self._out_state, sensordata=self._out_sens,
+                                  skip_checks=True)
+        else:
+            mujoco.rollout.rollout(self.m, self._datas[0], self.state, control, control_spec=CONTROL_SPEC,
+                                   nstep=self.nsub, state=self._out_state, sensordata=self._out_sens,
+                                   skip_checks=True)
+        self.state[:] = self._out_state[:, -1]
+        self.sensordata[:] = self._out_sens[:, -1]
+        return self.sensordata
+
+    def qvel_max(self) -> np.ndarray:
+        """(n,) max |qvel| per world, for blow-up detection."""
+        nq = self.m.nq
+        return np.abs(self.state[:, 1 + nq:1 + nq + self.m.nv]).max(axis=1)
+
+
+def state_to_qpos(m: mujoco.MjModel, state: np.ndarray) -> np.ndarray:
+    """qpos part of full-physics states (..., nstate) (layout: time, qpos, qvel, act, ...)."""
+    return state[..., 1:1 + m.nq]

@@ -1,0 +1,266 @@
+"""The one rollout function everything else uses.
+
+    rollout(scene, policy, tasks, goals, init, keys, horizon, backend=...) -> Records
+
+A batch of N episodes: world i runs task `task_ids[i]` from initial state i, under goal set `goals[i]` (a padded
+stack of K goal tables: K = 1 for a task's own goal, more for contrasts), with policy noise from `keys[i]`.
+Goal 0 is the episode's goal: episodes stop once it holds, as in LIBERO (unless `stop_at_success=False`).
+
+Per control step the pure, jitted `advance` function reads every world's sensors, updates the records, asks the
+policy for actions and turns them into actuator controls; the backend then steps the physics. On `native` the
+physics step is a threaded MuJoCo rollout on the host; on `mjx` the whole episode is one `jax.lax.while_loop`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from clbench_jax.sim import control, env
+from clbench_jax.sim.predicates import GoalTable
+from clbench_jax.sim.scene import Scene
+
+# Why an episode failed (Records.fail_reason).
+OK, FAIL_NAN, FAIL_VELOCITY = 0, 1, 2
+FAIL_REASONS = {OK: "ok", FAIL_NAN: "non-finite physics state", FAIL_VELOCITY: "velocity blow-up"}
+QVEL_LIMIT = 1e3
+MOVE_THRESHOLD = 0.01  # action initiation: EE moved > 1 cm or a finger joint changed > 0.01
+
+
+@struct.dataclass
+class Records:
+    """Per-episode outcomes, (N, ...) arrays."""
+
+    success: jnp.ndarray  # (N, K) goal k held at some step after reset
+    first_success: jnp.ndarray  # (N, K) int32 first policy step at which goal k held, -1 if never
+    held_at_reset: jnp.ndarray  # (N, K) goal k already held after reset and warm-up
+    ee_disp_max: jnp.ndarray  # (N,) max end-effector displacement from the post-reset position (m)
+    gripper_change_max: jnp.ndarray  # (N,) max |finger joint change| from the post-reset state
+    first_grasp: jnp.ndarray  # (N,) int32 entity index both fingers first closed on, -1 if none
+    length: jnp.ndarray  # (N,) int32 policy steps run
+    done: jnp.ndarray  # (N,) bool
+    fail_reason: jnp.ndarray  # (N,) int32 (FAIL_REASONS)
+
+    @property
+    def action_initiated(self) -> jnp.ndarray:
+        return (self.ee_disp_max > MOVE_THRESHOLD) | (self.gripper_change_max > MOVE_THRESHOLD)
+
+
+@struct.dataclass
+class Carry:
+    rec: Records
+    pstate: Any
+    key: jnp.ndarray  # (N, 2)
+    ee0: jnp.ndarray  # (N, 3)
+    finger0: jnp.ndarray  # (N, 2)
+    t: jnp.ndarray  # scalar int32: control steps run (warm-up included)
+
+
+# A batched policy: (obs: dict of (N, ...) arrays, pstate, keys (N, 2)) -> (actions (N, 7), pstate)
+PolicyFn = Callable[[dict, Any, jnp.ndarray], tuple[jnp.ndarray, Any]]
+
+
+@dataclass(frozen=True)
+class EpisodeBatch:
+    """The static inputs of a batch."""
+
+    task_ids: np.ndarray  # (N,) index into scene.tasks
+    goals: GoalTable  # leaves (N, K, ...)
+    state: np.ndarray  # (N, nstate) initial full-physics states
+    mocap: np.ndarray  # (N, nmocap, 7)
+    keys: np.ndarray  # (N, 2) uint32
+
+
+def random_policy(scale: float = 1.0) -> tuple[PolicyFn, Any]:
+    """Uniform random actions in [-scale, scale] (the throughput benchmark's policy)."""
+
+    def policy(obs, pstate, keys):
+        a = jax.vmap(lambda k: jax.random.uniform(k, (7,), minval=-scale, maxval=scale))(keys)
+        return a, pstate
+
+    return policy, ()
+
+
+def zero_policy() -> tuple[PolicyFn, Any]:
+    """Hold still with the gripper open (LIBERO's dummy warm-up action)."""
+
+    def policy(obs, pstate, keys):
+        n = keys.shape[0]
+        return jnp.zeros((n, 7)).at[:, 6].set(-1.0), pstate
+
+    return policy, ()
+
+
+def _init_records(n: int, k: int) -> Records:
+    return Records(success=jnp.zeros((n, k), bool), first_success=jnp.full((n, k), -1, jnp.int32),
+                   held_at_reset=jnp.zeros((n, k), bool), ee_disp_max=jnp.zeros(n), gripper_change_max=jnp.zeros(n),
+                   first_grasp=jnp.full(n, -1, jnp.int32), length=jnp.zeros(n, jnp.int32),
+                   done=jnp.zeros(n, bool), fail_reason=jnp.zeros(n, jnp.int32))
+
+
+def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int, stop_at_success: bool,
+                 with_images: bool = False):
+    """The per-control-step function shared by every backend:
+    (carry, tasks, goals, sensordata (N, ns), found (N, P), bad (N,), images) -> (carry, ctrl (N, nu))."""
+    dummy = jnp.zeros(7).at[6].set(-1.0)
+
+    def advance(carry: Carry, tasks: env.TaskArrays, goals: GoalTable, sens, found, bad, images=None):
+        rec, t = carry.rec, carry.t
+        holds = jax.vmap(lambda s, f, ta, g: env.goals_hold(c, s, f, ta, g))(sens, found, tasks, goals)  # (N, K)
+        prop = jax.vmap(lambda s: env.proprio(c, s))(sens)
+        fingers = sens[:, c.sens_finger_q]
+        at_reset = t == warmup
+        ee0 = jnp.where(at_reset, prop["ee_pos"], carry.ee0)
+        finger0 = jnp.where(at_reset, fingers, carry.finger0)
+        live = ~rec.done & (t > warmup)  # worlds whose step just ran under the policy
+        step = t - warmup
+        bad_nan = ~jnp.all(jnp.isfinite(sens), axis=1)
+        failed = live & (bad | bad_nan)
+        ok = live & ~failed
+        new_succ = ok[:, None] & holds
+        grasp = jax.vmap(lambda f: env.finger_contacts(c, f))(found)  # (N, E)
+        grasp_idx = jnp.where(grasp.any(1), jnp.argmax(grasp, 1), -1)
+        rec = rec.replace(
+            held_at_reset=jnp.where(at_reset, holds, rec.held_at_reset),
+            success=rec.success | new_succ,
+            first_success=jnp.where(new_succ & (rec.first_success < 0), step, rec.first_success),
+            ee_disp_max=jnp.where(ok, jnp.maximum(rec.ee_disp_max, jnp.linalg.norm(prop["ee_pos"] - ee0, axis=1)),
+                                  rec.ee_disp_max),
+            gripper_change_max=jnp.where(ok, jnp.maximum(rec.gripper_change_max,
+                                                         jnp.abs(fingers - finger0).max(1)), rec.gripper_change_max),
+            first_grasp=jnp.where(ok & (rec.first_grasp < 0), grasp_idx, rec.first_grasp),
+            length=jnp.where(live, step, rec.length),
+            fail_reason=jnp.where(failed, jnp.where(bad_nan, FAIL_NAN, FAIL_VELOCITY), rec.fail_reason),
+        )
+        stop = failed | (step >= horizon)
+        if stop_at_success:
+            stop = stop | (ok & holds[:, 0])
+        rec = rec.replace(done=rec.done | (live & stop))
+        # Next action.
+        key, sub = jax.vmap(lambda k: tuple(jax.random.split(k)))(carry.key)
+        tok, mask = jax.vmap(lambda s, ta, k: env.object_tokens(c, s, ta, k))(
+            sens, tasks, jax.vmap(lambda k: jax.random.fold_in(k, 7))(sub))
+        obs = dict(prop, tokens=tok, token_mask=mask)
+        if images is not None:
+            obs["agentview_rgb"], obs["eye_in_hand_rgb"] = images[:, 0], images[:, 1]
+        act, pstate = policy(obs, carry.pstate, sub)
+        act = jnp.where((t < warmup) | rec.done[:, None], dummy, act)
+        ctrl = jax.vmap(lambda q, a: control.action_to_ctrl(q, a, c.robot_base))(prop["joint_states"], act)
+        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, t=t + 1)
+        return carry, ctrl
+
+    return advance
+
+
+def _new_carry(batch: EpisodeBatch, pstate0, k: int) -> Carry:
+    n = batch.task_ids.shape[0]
+    return Carry(rec=_init_records(n, k), pstate=pstate0, key=jnp.asarray(batch.keys),
+                 ee0=jnp.zeros((n, 3)), finger0=jnp.zeros((n, 2)), t=jnp.asarray(0, jnp.int32))
+
+
+def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizon: int, *, backend: str = "native",
+            warmup: int = 0, stop_at_success: bool = True, obs_mode: str = "state", image_size: int = 128,
+            nthread: int | None = None, mjx_impl: str = "jax", progress: bool = False) -> Records:
+    """Run N episodes to success or `horizon` policy steps (after `warmup` zero-action steps)."""
+    c = env.scene_consts(scene)
+    tasks = jax.tree.map(lambda x: jnp.asarray(x[batch.task_ids]), task_stack(scene))
+    goals = jax.tree.map(jnp.asarray, batch.goals)
+    k = goals.pred.shape[1]
+    if backend == "native":
+        return _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
+                               obs_mode, image_size, nthread, progress)
+    if backend == "mjx":
+        if obs_mode != "state":
+            raise ValueError("the mjx backend renders only with impl='warp' on NVIDIA GPUs; use obs_mode='state' "
+                             "or the native backend for RGB observations on CPU")
+        return _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
+                            mjx_impl)
+    raise ValueError(f"unknown backend {backend!r} (native | mjx)")
+
+
+_TASK_STACKS: dict[int, env.TaskArrays] = {}
+
+
+def task_stack(scene: Scene) -> env.TaskArrays:
+    """TaskArrays of all the scene's tasks, stacked (cached per scene object)."""
+    key = id(scene)
+    if key not in _TASK_STACKS:
+        _TASK_STACKS[key] = env.stack([env.task_arrays(scene, t) for t in scene.tasks])
+    return _TASK_STACKS[key]
+
+
+def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success, obs_mode,
+                    image_size, nthread, progress):
+    from clbench_jax.sim import robot
+    from clbench_jax.sim.native import NativeWorlds
+
+    n = batch.task_ids.shape[0]
+    worlds = NativeWorlds(scene.model, n, robot.PHYSICS.n_substeps, nthread)
+    renderer = None
+    with_images = obs_mode == "rgb"
+    if with_images:
+        from clbench_jax.sim.render import BatchRenderer
+        renderer = BatchRenderer(scene.model, image_size)
+    advance = jax.jit(make_advance(c, policy, warmup, horizon, stop_at_success, with_images))
+    pf = scene.sensors.pair_found
+    try:
+        sens = worlds.set_state(batch.state, batch.mocap)
+        carry = _new_carry(batch, pstate0, goals.pred.shape[1])
+        total = warmup + horizon
+        bar = _bar(total, progress, "rollout (native)")
+        for _ in range(total + 1):
+            bad = worlds.qvel_max() > QVEL_LIMIT
+            imgs = renderer.render(worlds.state, worlds.mocap) if renderer is not None else None
+            carry, ctrl = advance(carry, tasks, goals, jnp.asarray(sens), jnp.asarray(sens[:, pf]),
+                                  jnp.asarray(bad), imgs)
+            if int(carry.t) > total or bool(carry.rec.done.all()):
+                break
+            sens = worlds.step(np.asarray(ctrl))
+            bar.update(1)
+        bar.close()
+    finally:
+        worlds.close()
+        if renderer is not None:
+            renderer.close()
+    return jax.tree.map(np.asarray, carry.rec)
+
+
+def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success, impl):
+    from clbench_jax.sim.mjx_backend import MjxBackend
+
+    be = MjxBackend(scene, impl=impl)
+    advance = make_advance(c, policy, warmup, horizon, stop_at_success)
+    total = warmup + horizon
+
+    @jax.jit
+    def run(d, carry):
+        # Same order as the native loop: advance on the reset reading, then (step, advance) until done.
+        carry, ctrl = advance(carry, tasks, goals, *jax.vmap(be.read)(d))
+
+        def body(state):
+            d, carry, ctrl = state
+            d = jax.vmap(be.step)(d, ctrl)
+            carry, ctrl = advance(carry, tasks, goals, *jax.vmap(be.read)(d))
+            return d, carry, ctrl
+
+        def cond(state):
+            _, carry, _ = state
+            return (carry.t <= total) & ~jnp.all(carry.rec.done)
+
+        _, carry, _ = jax.lax.while_loop(cond, body, (d, carry, ctrl))
+        return carry
+
+    d = be.init_data(batch.state, batch.mocap)
+    carry = run(d, _new_carry(batch, pstate0, goals.pred.shape[1]))
+    return jax.tree.map(np.asarray, carry.rec)
+
+
+def _bar(total: int, enabled: bool, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled, leave=False)
