@@ -167,7 +167,7 @@ def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizo
             warmup: int = 0, stop_at_success: bool = True, obs_mode: str = "state", image_size: int = 128,
             nthread: int | None = None, mjx_impl: str = "jax", progress: bool = False) -> Records:
     """Run N episodes to success or `horizon` policy steps (after `warmup` zero-action steps)."""
-    c = env.scene_consts(scene)
+    c = _consts(scene)
     tasks = jax.tree.map(lambda x: jnp.asarray(x[batch.task_ids]), task_stack(scene))
     goals = jax.tree.map(jnp.asarray, batch.goals)
     k = goals.pred.shape[1]
@@ -184,6 +184,21 @@ def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizo
 
 
 _TASK_STACKS: dict[int, env.TaskArrays] = {}
+_CONSTS: dict[int, env.SceneConsts] = {}
+_JITTED: dict[tuple, Callable] = {}
+
+
+def _consts(scene: Scene) -> env.SceneConsts:
+    if id(scene) not in _CONSTS:
+        _CONSTS[id(scene)] = env.scene_consts(scene)
+    return _CONSTS[id(scene)]
+
+
+def _cached(key: tuple, build: Callable) -> Callable:
+    """One compiled function per (scene, policy, settings): repeated rollouts never re-trace."""
+    if key not in _JITTED:
+        _JITTED[key] = build()
+    return _JITTED[key]
 
 
 def task_stack(scene: Scene) -> env.TaskArrays:
@@ -206,7 +221,8 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
     if with_images:
         from clbench_jax.sim.render import BatchRenderer
         renderer = BatchRenderer(scene.model, image_size)
-    advance = jax.jit(make_advance(c, policy, warmup, horizon, stop_at_success, with_images))
+    advance = _cached(("native", id(scene), policy, warmup, horizon, stop_at_success, with_images),
+                      lambda: jax.jit(make_advance(c, policy, warmup, horizon, stop_at_success, with_images)))
     pf = scene.sensors.pair_found
     try:
         sens = worlds.set_state(batch.state, batch.mocap)
@@ -233,12 +249,18 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
 def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success, impl):
     from clbench_jax.sim.mjx_backend import MjxBackend
 
-    be = MjxBackend(scene, impl=impl)
-    advance = make_advance(c, policy, warmup, horizon, stop_at_success)
-    total = warmup + horizon
+    be = _cached(("mjx-backend", id(scene), impl), lambda: MjxBackend(scene, impl=impl))
+    run = _cached(("mjx", id(scene), policy, warmup, horizon, stop_at_success, impl),
+                  lambda: _mjx_runner(be, make_advance(c, policy, warmup, horizon, stop_at_success),
+                                      warmup + horizon))
+    d = be.init_data(batch.state, batch.mocap)
+    carry = run(d, _new_carry(batch, pstate0, goals.pred.shape[1]), tasks, goals)
+    return jax.tree.map(np.asarray, carry.rec)
 
+
+def _mjx_runner(be, advance, total: int):
     @jax.jit
-    def run(d, carry):
+    def run(d, carry, tasks, goals):
         # Same order as the native loop: advance on the reset reading, then (step, advance) until done.
         carry, ctrl = advance(carry, tasks, goals, *jax.vmap(be.read)(d))
 
@@ -255,9 +277,7 @@ def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup
         _, carry, _ = jax.lax.while_loop(cond, body, (d, carry, ctrl))
         return carry
 
-    d = be.init_data(batch.state, batch.mocap)
-    carry = run(d, _new_carry(batch, pstate0, goals.pred.shape[1]))
-    return jax.tree.map(np.asarray, carry.rec)
+    return run
 
 
 def _bar(total: int, enabled: bool, desc: str):

@@ -1,0 +1,129 @@
+"""Control steps per second of the rollout engine, per backend and batch size, against a one-env-at-a-time loop.
+
+Scene: LIBERO-Goal (one shared scene, 10 tasks). Policy: a fixed random jitted MLP over proprio + object tokens.
+The one-env loop steps one environment at a time and calls the policy once per env per step, as LIBERO's per-env
+evaluators do; the batched backends call it once per step for the whole batch. Compilation is excluded (each
+configuration is warmed up first). Writes JSON (machine, versions, numbers) and prints a table.
+
+    python benchmarks/sim_throughput.py                       # native, batch 1/8/64/512, state obs, + one-env loop
+    python benchmarks/sim_throughput.py --rgb-batches 8       # also RGB (two 128x128 cameras)
+    python benchmarks/sim_throughput.py --backends mjx --mjx-batches 4096 --mjx-impl warp   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import clbench_jax  # noqa: E402,F401
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from common import Timer, machine, maybe_profile, mlp_policy, table, write_json  # noqa: E402
+
+from clbench_jax.sim import rollout  # noqa: E402
+from clbench_jax.sim.init_states import make_init_bank  # noqa: E402
+from clbench_jax.sim.scene import TOKEN_DIM, build_scene  # noqa: E402
+from clbench_jax.tasks.suites import suite_tasks  # noqa: E402
+
+
+def make_batch(scene, banks, n: int, seed: int = 0) -> rollout.EpisodeBatch:
+    T = len(scene.tasks)
+    ids = np.arange(n) % T
+    per = banks[0].state.shape[0]
+    state = np.stack([banks[i].state[(j // T) % per] for j, i in enumerate(ids)])
+    mocap = np.stack([banks[i].mocap[(j // T) % per] for j, i in enumerate(ids)])
+    goals = jax.tree.map(lambda x: x[ids][:, None], rollout.task_stack(scene).goal)
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(seed), n))
+    return rollout.EpisodeBatch(task_ids=ids, goals=goals, state=state, mocap=mocap, keys=keys)
+
+
+def sub(batch: rollout.EpisodeBatch, sl) -> rollout.EpisodeBatch:
+    return rollout.EpisodeBatch(task_ids=batch.task_ids[sl], goals=jax.tree.map(lambda x: x[sl], batch.goals),
+                                state=batch.state[sl], mocap=batch.mocap[sl], keys=batch.keys[sl])
+
+
+def measure(scene, policy, batch, steps, **kw) -> float:
+    rollout.rollout(scene, policy, (), sub(batch, slice(None)), steps, stop_at_success=False, **kw)  # compile
+    with Timer() as t:
+        rollout.rollout(scene, policy, (), batch, steps, stop_at_success=False, **kw)
+    return batch.task_ids.shape[0] * steps / t.s
+
+
+def one_env_loop(scene, policy, batch, steps, n_env, **kw) -> float:
+    """Each env on its own, one after the other, the policy called per env per step."""
+    rollout.rollout(scene, policy, (), sub(batch, slice(0, 1)), steps, stop_at_success=False, **kw)
+    with Timer() as t:
+        for i in range(n_env):
+            rollout.rollout(scene, policy, (), sub(batch, slice(i, i + 1)), steps, stop_at_success=False, **kw)
+    return n_env * steps / t.s
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backends", default="native", help="comma list of native, mjx")
+    p.add_argument("--batches", default="1,8,64,512", help="native batch sizes")
+    p.add_argument("--rgb-batches", default="", help="native batch sizes with two 128x128 cameras (slow)")
+    p.add_argument("--mjx-batches", default="8", help="mjx batch sizes")
+    p.add_argument("--mjx-impl", default="jax", help="jax (anywhere, slow on CPU) or warp (NVIDIA GPUs)")
+    p.add_argument("--steps", type=int, default=100, help="control steps per measured rollout")
+    p.add_argument("--mjx-steps", type=int, default=20)
+    p.add_argument("--loop-envs", type=int, default=4, help="envs run by the one-env loop")
+    p.add_argument("--image-size", type=int, default=128)
+    p.add_argument("--out", default="benchmarks/results/sim_throughput_cpu.json")
+    p.add_argument("--profile", default=None, help="write a jax.profiler trace of the measured region to DIR")
+    a = p.parse_args(argv)
+
+    tasks = suite_tasks("libero_goal")
+    with Timer() as tb:
+        scene = build_scene(tasks)
+        banks = [make_init_bank(scene, t, 8, seed=0) for t in tasks]
+    m = scene.model
+    obs_dim = 7 + 2 + 3 + len(scene.entities) * TOKEN_DIM
+    policy, _ = mlp_policy(obs_dim)
+    sizes = [int(x) for x in a.batches.split(",") if x]
+    rgb_sizes = [int(x) for x in a.rgb_batches.split(",") if x]
+    mjx_sizes = [int(x) for x in a.mjx_batches.split(",") if x]
+    biggest = make_batch(scene, banks, max(sizes + rgb_sizes + mjx_sizes + [a.loop_envs]))
+    rows = []
+    with maybe_profile(a.profile):
+        loop = one_env_loop(scene, policy, biggest, a.steps, a.loop_envs)
+        rows.append({"backend": "one-env loop (native, N=1 each)", "obs": "state", "batch": 1,
+                     "control_steps_per_s": loop, "speedup_vs_loop": 1.0})
+        print(f"one-env loop: {loop:,.0f} control steps/s", flush=True)
+        for b in sizes if "native" in a.backends else []:
+            r = measure(scene, policy, sub(biggest, slice(0, b)), a.steps, backend="native")
+            rows.append({"backend": "native", "obs": "state", "batch": b, "control_steps_per_s": r,
+                         "speedup_vs_loop": r / loop})
+            print(f"native batch {b}: {r:,.0f}", flush=True)
+        for b in rgb_sizes:
+            r = measure(scene, policy, sub(biggest, slice(0, b)), max(a.steps // 5, 5), backend="native",
+                        obs_mode="rgb", image_size=a.image_size)
+            rows.append({"backend": "native", "obs": f"rgb 2x{a.image_size}", "batch": b,
+                         "control_steps_per_s": r, "speedup_vs_loop": r / loop})
+            print(f"native rgb batch {b}: {r:,.0f}", flush=True)
+        for b in mjx_sizes if "mjx" in a.backends else []:
+            t0 = time.perf_counter()
+            r = measure(scene, policy, sub(biggest, slice(0, b)), a.mjx_steps, backend="mjx", mjx_impl=a.mjx_impl)
+            rows.append({"backend": f"mjx ({a.mjx_impl})", "obs": "state", "batch": b, "control_steps_per_s": r,
+                         "speedup_vs_loop": r / loop, "wall_incl_compile_s": time.perf_counter() - t0})
+            print(f"mjx batch {b}: {r:,.0f}", flush=True)
+    peer = Path(__file__).parent / "results" / "robosuite_peer_cpu.json"
+    out = {"benchmark": "sim_throughput", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
+           "scene": {"key": scene.key, "ngeom": int(m.ngeom), "nbody": int(m.nbody), "nv": int(m.nv),
+                     "timestep": float(m.opt.timestep), "build_and_init_s": tb.s},
+           "config": vars(a), "results": rows}
+    if peer.exists():
+        import json
+
+        out["robosuite_peer"] = json.loads(peer.read_text())["results"]
+    write_json(a.out, out)
+    print(table(rows, ["backend", "obs", "batch", "control_steps_per_s", "speedup_vs_loop"]))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
