@@ -384,5 +384,47 @@ def test_arenas():
         if c != "floor":
             top = s.geoms[0]
             assert top.collide and abs(top.pos[2] + top.size[2] - a.surface_z) < 1e-9
-            assert a.robot_base[0] < a.center_xy[0] - a.size[0] / 2  # the robot stands behind the near edge
+            assert a.robot_base[0] < -a.size[0] / 2  # the robot stands behind the near edge
     assert A.arena("kitchen_table").surface_z == 0.90 and A.arena("table").robot_base == (-0.66, 0.0, 0.90)
+    assert A.arena("study_table").robot_base[0] == -0.55 and A.arena("living_room_table").surface_z == 0.41
+
+
+@pytest.mark.parametrize("cat,body,joint,open_force", [
+    ("wooden_cabinet", "top_drawer", "top_drawer_joint", 8.0),
+    ("white_cabinet", "bottom_drawer", "bottom_drawer_joint", 8.0),
+    ("microwave", "door", "door_joint", 8.0),
+])
+def test_pull_open_and_push_closed(cat, body, joint, open_force):
+    """A gripper-sized force at the handle opens the drawer / door past LIBERO's open threshold, and pushing it
+    home leaves it closed by LIBERO's rule."""
+    s = A.standin(cat)
+    spec = _spec()
+    _add(spec, "f", cat, free=False)
+    m = spec.compile()
+    d = mujoco.MjData(m)
+    bid, adr = m.body(f"f_{body}").id, _qpos_adr(m, f"f_{joint}")
+    handle = next(i for i in range(m.ngeom) if m.geom_bodyid[i] == bid and m.geom_size[i][0] < 0.01)
+    front = np.asarray(s.front)
+    mujoco.mj_forward(m, d)
+
+    def push(direction, seconds):
+        for _ in range(int(seconds / m.opt.timestep)):
+            d.xfrc_applied[:] = 0
+            mujoco.mj_applyFT(m, d, open_force * direction, np.zeros(3), d.geom_xpos[handle], bid, d.qfrc_applied)
+            mujoco.mj_step(m, d)
+            d.qfrc_applied[:] = 0
+
+    if s.joints[0].kind == "slide":
+        push(front, 1.0)
+        assert A.eval_test(s.articulation.open_test, d.qpos[adr]), d.qpos[adr]
+        push(-front, 1.5)
+    else:  # the door: pull along the door's normal, then push back on it
+        for _ in range(3):
+            R = d.xmat[bid].reshape(3, 3)
+            push(R @ np.array([0.0, -1.0, 0.0]), 0.5)
+        assert A.eval_test(s.articulation.open_test, d.qpos[adr]), d.qpos[adr]
+        for _ in range(6):
+            R = d.xmat[bid].reshape(3, 3)
+            push(R @ np.array([0.0, 1.0, 0.0]), 0.5)
+    _run(m, d, 0.5)  # released
+    assert A.eval_test(s.articulation.close_test, d.qpos[adr]), d.qpos[adr]

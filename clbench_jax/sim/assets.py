@@ -31,7 +31,8 @@ Conventions (see docs/STANDINS.md for the full catalogue):
   Left/right of the desk caddy are as seen by the robot looking at the caddy's front: left = -y, right = +y
   in the caddy frame.
 * Arenas (table, kitchen_table, living_room_table, study_table, floor): the body frame is at floor level below
-  the table centre (the scene places it at (*Arena.center_xy, 0)); the table top is one collision box whose top
+  the table centre, which is the world origin and the origin of the BDDL :ranges (LIBERO's workspace offset is
+  folded in: its study table sits at x = -0.2, so the robot's -0.75 becomes -0.55 here); the table top is one collision box whose top
   is at `Arena.surface_z`; legs are visual only (contype 0). The floor arena is a visual-only rug: the scene's
   world ground plane is the collision surface.
 * Contacts: every colliding geom has contype = conaffinity = 1, condim 3 (the gripper's pads may raise a pair
@@ -146,7 +147,6 @@ class Arena:
     surface_z: float  # world z of the top surface
     size: tuple[float, float]  # (x, y) extent of the surface
     robot_base: Vec3  # world position of the arm base (robot0_link0)
-    center_xy: tuple[float, float] = (0.0, 0.0)  # world x/y of the table centre = origin of BDDL :ranges
     thickness: float = 0.05  # table-top slab thickness
 
 
@@ -239,7 +239,7 @@ def _octo_solid(r: float, h: float, rgba=None, z0: float = 0.0) -> list[GeomDef]
     Radius varies between 0.90 r and 1.18 r."""
     s = r / 1.2
     return [_box((0, 0, z0 + h / 2), (s, s, h / 2), rgba),
-            _box((0, 0, z0 + h / 2), (s, s, h / 2), rgba, quat=_qz(math.pi / 4))]
+            _box((0, 0, z0 + h / 2 - 0.0003), (s, s, h / 2 - 0.0003), rgba, quat=_qz(math.pi / 4))]  # no z-fight
 
 
 def _bowl_geoms(a0: float, a1: float, h: float, t: float, n: int, floor_t: float) -> list[GeomDef]:
@@ -292,7 +292,7 @@ def _finish(category: str, kind: str, geoms: list[GeomDef], mass: float, rgba, s
 def _rot180(s: StandIn) -> StandIn:
     """The same stand-in turned by pi about z (x -> -x, y -> -y)."""
     def p(v):
-        return (-v[0], -v[1], v[2])
+        return (-v[0] + 0.0, -v[1] + 0.0, v[2])
 
     qz = _qz(math.pi)
     geoms = tuple(replace(g, pos=p(g.pos), quat=_qmul(qz, g.quat)) for g in s.geoms)
@@ -553,7 +553,9 @@ def _fixtures() -> dict[str, StandIn]:
 _ARENAS: dict[str, Arena] = {
     "table": Arena("table", 0.90, (1.0, 1.2), (-0.66, 0.0, 0.90)),
     "kitchen_table": Arena("kitchen_table", 0.90, (1.0, 1.2), (-0.66, 0.0, 0.90)),
-    "study_table": Arena("study_table", 0.867, (1.0, 1.2), (-0.75, 0.0, 0.867), center_xy=(-0.2, 0.0)),
+    # LIBERO: table centred at x = -0.2 (its workspace offset) and robot at x = -0.75; in the BDDL frame
+    # (origin at the table centre, as every arena here) the robot stands at -0.55.
+    "study_table": Arena("study_table", 0.867, (1.0, 1.2), (-0.55, 0.0, 0.867)),
     "living_room_table": Arena("living_room_table", 0.41, (0.70, 1.6), (-0.51, 0.0, 0.41), thickness=0.024),
     "floor": Arena("floor", 0.0, (3.0, 3.0), (-0.6, 0.0, 0.0), thickness=0.0),
 }
@@ -701,9 +703,9 @@ def standins_markdown() -> str:
             notes += "; " + ", ".join(tests)
         rows.append(f"| {cat} | {s.kind} | {shapes} | {size} | {s.mass:g} | {rgba} | {s.shape_class} | {joints} | "
                     f"{sites} | {notes} |")
-    arenas = ["| arena | surface z | surface x,y | table centre x,y | robot base |", "|---|---|---|---|---|"]
+    arenas = ["| arena | surface z | surface x,y | top thickness | robot base |", "|---|---|---|---|---|"]
     for cat in ARENA_CATEGORIES:
         a = arena(cat)
-        arenas.append(f"| {cat} | {a.surface_z:g} | {a.size[0]:g} x {a.size[1]:g} | {a.center_xy} | "
+        arenas.append(f"| {cat} | {a.surface_z:g} | {a.size[0]:g} x {a.size[1]:g} | {a.thickness:g} | "
                       f"{a.robot_base} |")
     return "\n".join(rows) + "\n\n" + "\n".join(arenas) + "\n"
