@@ -428,3 +428,22 @@ def test_pull_open_and_push_closed(cat, body, joint, open_force):
             push(R @ np.array([0.0, 1.0, 0.0]), 0.5)
     _run(m, d, 0.5)  # released
     assert A.eval_test(s.articulation.close_test, d.qpos[adr]), d.qpos[adr]
+
+
+@pytest.mark.parametrize("top,base", [
+    ("akita_black_bowl", "plate"), ("white_bowl", "plate"), ("porcelain_mug", "plate"),
+    ("red_coffee_mug", "plate"), ("akita_black_bowl", "cookies"),
+    ("akita_black_bowl", "glazed_rim_porcelain_ramekin"), ("akita_black_bowl", "akita_black_bowl"),
+])
+def test_object_on_object(top, base):
+    """LIBERO's On(a, b) for objects: z_b <= z_a, a touches b, origins within 3 cm in x/y; a stays upright."""
+    spec = _spec()
+    _add(spec, "b", base)
+    _add(spec, "a", top, pos=(0.005, -0.005, A.standin(base).size[2] + 0.005))
+    m = spec.compile()
+    d = mujoco.MjData(m)
+    _run(m, d, 1.0)
+    pa, pb = d.xpos[m.body("a").id], d.xpos[m.body("b").id]
+    assert pb[2] <= pa[2] and _contact(m, d, "a", "b") and np.linalg.norm(pa[:2] - pb[:2]) < 0.03
+    max_tilt = 20.0 if top == base else 10.0  # a bowl nests in a bowl: its square foot leans on the slanted walls
+    assert d.xmat[m.body("a").id].reshape(3, 3)[2, 2] > math.cos(math.radians(max_tilt))

@@ -312,9 +312,8 @@ def _objects() -> dict[str, StandIn]:
 
     box_obj("cream_cheese", 0.08, 0.05, 0.035, 0.15, (0.78, 0.84, 0.95, 1), "silver-blue box")
     box_obj("butter", 0.10, 0.05, 0.032, 0.15, (0.97, 0.88, 0.45, 1), "pale yellow stick box")
-    box_obj("chocolate_pudding", 0.08, 0.055, 0.035, 0.12, (0.42, 0.24, 0.12, 1), "brown box")
-    box_obj("cookies", 0.15, 0.10, 0.05, 0.2, (0.85, 0.52, 0.18, 1), "orange flat box (not graspable: "
-                                                                       "things are put on it)")
+    box_obj("chocolate_pudding", 0.07, 0.048, 0.035, 0.12, (0.42, 0.24, 0.12, 1), "brown box")
+    box_obj("cookies", 0.10, 0.065, 0.03, 0.15, (0.85, 0.52, 0.18, 1), "orange flat box")
     for cat, rgba, desc in (("black_book", (0.08, 0.08, 0.09, 1), "black book standing upright"),
                             ("yellow_book", (0.95, 0.80, 0.12, 1), "yellow book standing upright")):
         box_obj(cat, 0.03, 0.11, 0.15, 0.25, rgba, desc, sc=7)
@@ -372,16 +371,17 @@ def _objects() -> dict[str, StandIn]:
                          (0.8 * a1, 0.8 * a1, 0.5 * (h - 0.008)))
         out[cat] = _finish(cat, "object", g, mass, rgba, 1, sites=(region,), description=desc)
 
-    bowl("akita_black_bowl", 0.035, 0.064, 0.055, 0.3, (0.07, 0.07, 0.07, 1),
-         "black bowl: square floor + 6 slanted walls, ~0.14 across the rim")
-    bowl("white_bowl", 0.04, 0.068, 0.06, 0.3, (0.96, 0.96, 0.96, 1),
-         "white bowl: square floor + 6 slanted walls, ~0.15 across the rim")
+    bowl("akita_black_bowl", 0.032, 0.056, 0.05, 0.3, (0.07, 0.07, 0.07, 1),
+         "black bowl: square floor + 6 slanted walls, 0.125 across the rim's flats")
+    bowl("white_bowl", 0.034, 0.058, 0.055, 0.3, (0.96, 0.96, 0.96, 1),
+         "white bowl: square floor + 6 slanted walls, 0.13 across the rim's flats")
 
     out["glazed_rim_porcelain_ramekin"] = _finish(
-        "glazed_rim_porcelain_ramekin", "object", _octo_solid(0.045, 0.045), 0.2, (0.95, 0.93, 0.85, 1), 10,
-        description="cream ramekin, solid (two crossed boxes, ~0.09 across)")
-    out["plate"] = _finish("plate", "object", _octo_solid(0.10, 0.015), 0.3, (0.97, 0.97, 0.97, 1), 2,
-                           description="white plate: two crossed thin boxes, ~0.2 across")
+        "glazed_rim_porcelain_ramekin", "object", _octo_solid(0.043, 0.04), 0.2, (0.95, 0.93, 0.85, 1), 10,
+        description="cream ramekin, solid (two crossed boxes, 0.078-0.10 across)")
+    out["plate"] = _finish("plate", "object", _octo_solid(0.051, 0.012), 0.25, (0.97, 0.97, 0.97, 1), 2,
+                           description="white plate: two crossed thin boxes, 0.085-0.12 across (small: LIBERO "
+                                       "puts bowls 0.11 from its centre)")
 
     basket = _open_box(0.18, 0.18, 0.085, 0.008, 0.008)
     out["basket"] = _finish("basket", "object", basket, 0.4, (0.72, 0.55, 0.33, 1), 6,
