@@ -133,7 +133,17 @@ def test_builds_and_compiles(cat):
     # the body origin is the bottom centre: nothing below z = 0, bounding box as declared
     d = mujoco.MjData(m)
     mujoco.mj_kinematics(m, d)
-    assert 1.0 <= len(s.geoms) and s.size[2] > 0
+    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    signs = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
+    for i in range(1, m.ngeom):
+        c, h = m.geom_aabb[i][:3], m.geom_aabb[i][3:]
+        pts = d.geom_xpos[i] + (c + signs * h) @ d.geom_xmat[i].reshape(3, 3).T
+        lo, hi = np.minimum(lo, pts.min(0)), np.maximum(hi, pts.max(0))
+    body_z = 0.0
+    assert abs(lo[2] - body_z) < 2e-3, lo  # capsule AABBs are boxes around the capsule: allow 2 mm
+    if s.kind != "arena":
+        np.testing.assert_allclose(hi - lo, s.size, atol=3e-3)
+        np.testing.assert_allclose((hi[:2] + lo[:2]) / 2, s.bbox_offset, atol=3e-3)
 
 
 def test_geom_counts():
