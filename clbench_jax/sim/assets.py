@@ -349,7 +349,8 @@ def _objects() -> dict[str, StandIn]:
              _capsule((0, 0, h_body - 0.5 * r), (0, 0, h_total - neck_r), neck_r, rgba=cap_rgba)]
         out[cat] = _finish(cat, "object", g, mass, rgba, 3, description=desc)
 
-    round_bottle("wine_bottle", 0.034, 0.21, 0.30, 0.014, 0.8, (0.08, 0.28, 0.12, 1), (0.08, 0.22, 0.1, 1),
+    # 0.21 m tall (LIBERO's scaled bottle): its top stays below the gripper's start pose (EE at z 1.154).
+    round_bottle("wine_bottle", 0.032, 0.15, 0.21, 0.013, 0.6, (0.08, 0.28, 0.12, 1), (0.08, 0.22, 0.1, 1),
                  "dark green bottle: flat base, capsule body, capsule neck")
     round_bottle("salad_dressing", 0.03, 0.14, 0.19, 0.013, 0.3, (0.88, 0.72, 0.35, 1), (0.2, 0.45, 0.15, 1),
                  "ochre dressing bottle, green cap")

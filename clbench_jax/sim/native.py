@@ -31,6 +31,8 @@ class NativeWorlds:
         self._out_state = np.zeros((nworld, n_substeps, self.nstate))
         self._out_sens = np.zeros((nworld, n_substeps, model.nsensordata))
         self.sensordata = np.zeros((nworld, model.nsensordata))
+        self._models = [model] * nworld
+        self._control = np.zeros((nworld, n_substeps, model.nu + 7 * model.nmocap))
 
     def close(self):
         if self._rollout is not None:
@@ -58,15 +60,17 @@ class NativeWorlds:
 
     def step(self, ctrl: np.ndarray) -> np.ndarray:
         """Hold `ctrl` (n, nu) for n_substeps physics steps in every world; returns sensordata (n, nsensordata)."""
-        control = np.concatenate([np.asarray(ctrl, np.float64).reshape(self.n, -1),
-                                  self.mocap[:, :, :3].reshape(self.n, -1),
-                                  self.mocap[:, :, 3:].reshape(self.n, -1)], axis=1)[:, None, :]
+        c = self._control
+        nu, nm = self.m.nu, self.m.nmocap
+        c[:, :, :nu] = np.asarray(ctrl, np.float64).reshape(self.n, 1, nu)
+        c[:, :, nu:nu + 3 * nm] = self.mocap[:, None, :, :3].reshape(self.n, 1, -1)
+        c[:, :, nu + 3 * nm:] = self.mocap[:, None, :, 3:].reshape(self.n, 1, -1)
         if self._rollout is not None:
-            self._rollout.rollout(self.m, self._datas, self.state, control, control_spec=CONTROL_SPEC,
+            self._rollout.rollout(self._models, self._datas, self.state, c, control_spec=CONTROL_SPEC,
                                   nstep=self.nsub, state=self._out_state, sensordata=self._out_sens,
                                   skip_checks=True)
         else:
-            mujoco.rollout.rollout(self.m, self._datas[0], self.state, control, control_spec=CONTROL_SPEC,
+            mujoco.rollout.rollout(self._models, self._datas[:1], self.state, c, control_spec=CONTROL_SPEC,
                                    nstep=self.nsub, state=self._out_state, sensordata=self._out_sens,
                                    skip_checks=True)
         self.state[:] = self._out_state[:, -1]

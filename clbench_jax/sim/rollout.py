@@ -58,6 +58,7 @@ class Carry:
     key: jnp.ndarray  # (N, 2)
     ee0: jnp.ndarray  # (N, 3)
     finger0: jnp.ndarray  # (N, 2)
+    qref: jnp.ndarray  # (N, 7) commanded arm pose (the controller integrates it; see control.action_to_ctrl)
     t: jnp.ndarray  # scalar int32: control steps run (warm-up included)
 
 
@@ -150,8 +151,10 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
             obs["agentview_rgb"], obs["eye_in_hand_rgb"] = images[:, 0], images[:, 1]
         act, pstate = policy(obs, carry.pstate, sub)
         act = jnp.where((t < warmup) | rec.done[:, None], dummy, act)
-        ctrl = jax.vmap(lambda q, a: control.action_to_ctrl(q, a, c.robot_base))(prop["joint_states"], act)
-        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, t=t + 1)
+        qref = jnp.where(t == 0, prop["joint_states"], carry.qref)
+        ctrl = jax.vmap(lambda q, a, r: control.action_to_ctrl(q, a, c.robot_base, q_ref=r))(
+            prop["joint_states"], act, qref)
+        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, qref=ctrl[:, :7], t=t + 1)
         return carry, ctrl
 
     return advance
@@ -160,7 +163,7 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
 def _new_carry(batch: EpisodeBatch, pstate0, k: int) -> Carry:
     n = batch.task_ids.shape[0]
     return Carry(rec=_init_records(n, k), pstate=pstate0, key=jnp.asarray(batch.keys),
-                 ee0=jnp.zeros((n, 3)), finger0=jnp.zeros((n, 2)), t=jnp.asarray(0, jnp.int32))
+                 ee0=jnp.zeros((n, 3)), finger0=jnp.zeros((n, 2)), qref=jnp.zeros((n, 7)), t=jnp.asarray(0, jnp.int32))
 
 
 def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizon: int, *, backend: str = "native",

@@ -168,7 +168,7 @@ def _build_spec(scene: Scene, contact_sensors: bool, region_task: TaskSpec | Non
     spec.visual.headlight.diffuse = [0.6, 0.6, 0.6]
     wb = spec.worldbody
     wb.add_geom(name="ground", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[10, 10, 0.1], rgba=[0.55, 0.5, 0.45, 1])
-    wb.add_light(name="top_light", pos=[0, 0, 3.0], dir=[0, 0, -1], directional=True)
+    wb.add_light(name="top_light", pos=[0, 0, 3.0], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, castshadow=0)
     arena_body = wb.add_body(name=scene.arena_name)
     assets.build(arena_body, scene.arena_name, scene.arena_category)
     surf = scene.arena.surface_z
