@@ -311,7 +311,8 @@ def _objects() -> dict[str, StandIn]:
                            description=desc)
 
     box_obj("cream_cheese", 0.08, 0.05, 0.035, 0.15, (0.78, 0.84, 0.95, 1), "silver-blue box")
-    box_obj("butter", 0.10, 0.05, 0.032, 0.15, (0.97, 0.88, 0.45, 1), "pale yellow stick box")
+    # 8 cm: KITCHEN_SCENE10 puts two butters in regions whose centres are 10 cm apart.
+    box_obj("butter", 0.08, 0.045, 0.03, 0.12, (0.97, 0.88, 0.45, 1), "pale yellow stick box")
     box_obj("chocolate_pudding", 0.07, 0.048, 0.035, 0.12, (0.42, 0.24, 0.12, 1), "brown box")
     box_obj("cookies", 0.10, 0.065, 0.03, 0.15, (0.85, 0.52, 0.18, 1), "orange flat box")
     for cat, rgba, desc in (("black_book", (0.08, 0.08, 0.09, 1), "black book standing upright"),

@@ -3,13 +3,13 @@
 Like LIBERO's `init_files`, a task's initial states are a bank of settled full-physics states (plus mocap poses for
 the fixtures) made once per (task, seed) on the CPU with native MuJoCo and then shared by every backend, so the
 backends start from bit-identical states. Placement follows LIBERO's samplers:
-- fixtures and objects `On` an arena region: uniform in the region's first range box (x0, y0, x1, y1), yaw uniform
+- fixtures and objects `On` an arena region: uniform in the central 70% of the region's first range box, yaw uniform
   in its :yaw_rotation (fixtures without one: 0; objects: a small jitter);
 - objects `On`/`In` a site of a fixture or object: at the site (with in-site jitter), dropped from its centre;
 - objects `On` another object: on top of it;
 - articulated init atoms (Open/Close/Turnon/Turnoff): joints sampled in the stand-in's open/close/on/off ranges;
 - objects absent from the task stay parked out of reach.
-Overlaps between table-placed things are rejected by footprint circles (up to 50 tries per object).
+Overlaps between table-placed things are rejected by yawed footprint rectangles (up to 100 tries per object).
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from clbench_jax.tasks.spec import TaskSpec
 SETTLE_SECONDS = 0.5
 OBJECT_YAW_JITTER = 0.15
 DROP_CLEARANCE = 0.003
+# Sample in the central 70% of a region box: settling nudges objects by up to ~1 cm, and LIBERO's own :init
+# (which this project checks after settling) must still hold.
+REGION_INNER = 0.7
 
 
 @dataclass(frozen=True)
@@ -47,14 +50,30 @@ def _yaw_quat(yaw: float) -> np.ndarray:
     return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
 
 
-def _footprint(category: str) -> float:
+def _half_xy(category: str) -> tuple[float, float]:
     sx, sy, _ = assets.standin(category).size
-    return 0.5 * min(sx, sy) if assets.standin(category).kind == "fixture" else 0.45 * max(sx, sy)
+    return sx / 2, sy / 2
+
+
+def _overlap(a, b) -> bool:
+    """Do two yawed footprint rectangles (x, y, yaw, hx, hy) overlap? (separating-axis test)"""
+    d = np.array([b[0] - a[0], b[1] - a[1]])
+    axes = []
+    for _, _, yaw, _, _ in (a, b):
+        c, s = np.cos(yaw), np.sin(yaw)
+        axes += [np.array([c, s]), np.array([-s, c])]
+
+    def radius(r, axis):
+        c, s = np.cos(r[2]), np.sin(r[2])
+        return r[3] * abs(axis @ [c, s]) + r[4] * abs(axis @ [-s, c])
+
+    return all(abs(d @ ax) < radius(a, ax) + radius(b, ax) for ax in axes)
 
 
 def _sample_range(region, rng) -> tuple[float, float, float]:
     x0, y0, x1, y1 = region.ranges[0]
-    x, y = rng.uniform(x0, x1), rng.uniform(y0, y1)
+    cx, cy, hx, hy = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2 * REGION_INNER, (y1 - y0) / 2 * REGION_INNER
+    x, y = rng.uniform(cx - hx, cx + hx), rng.uniform(cy - hy, cy + hy)
     if region.yaw_ranges:
         lo, hi = region.yaw_ranges[rng.integers(len(region.yaw_ranges))]
         return x, y, rng.uniform(lo, hi)
@@ -76,17 +95,23 @@ def sample_placement(scene: Scene, task: TaskSpec, rng: np.random.Generator, d: 
     arm_adr = [m.jnt_qposadr[m.joint(f"robot0_joint{i}").id] for i in range(1, 8)]
     d.qpos[arm_adr] = robot.INIT_QPOS
     surf = scene.arena.surface_z
-    placed: list[tuple[float, float, float]] = []  # x, y, radius
+    placed: list[tuple[float, float, float, float, float]] = []  # footprints: x, y, yaw, half x, half y
     on_arena = {a.args[0]: task.regions[a.args[1]] for a in task.init
                 if a.pred == "on" and a.args[1] in task.regions and task.regions[a.args[1]].target == scene.arena_name}
 
     def place_on_region(name: str, cat: str):
-        r = _footprint(cat)
-        for _ in range(50):
+        fixture = assets.standin(cat).kind == "fixture"
+        hx, hy = _half_xy(cat)
+        if fixture:  # LIBERO's fixture regions hug the fixture: only keep objects off its inner core
+            hx, hy = 0.5 * hx, 0.5 * hy
+        for _ in range(100):
             x, y, yaw = _sample_range(on_arena[name], rng)
-            if all((x - px) ** 2 + (y - py) ** 2 >= (r + pr) ** 2 for px, py, pr in placed):
+            if np.isnan(yaw):
+                yaw = 0.0 if fixture else rng.uniform(-OBJECT_YAW_JITTER, OBJECT_YAW_JITTER)
+            fp = (x, y, yaw, hx, hy)
+            if not any(_overlap(fp, other) for other in placed):
                 break
-        placed.append((x, y, r))
+        placed.append(fp)
         return x, y, yaw
 
     # Fixtures: mocap bodies; absent ones parked far away.
@@ -96,7 +121,7 @@ def sample_placement(scene: Scene, task: TaskSpec, rng: np.random.Generator, d: 
         if name in task.fixtures and name in on_arena:
             x, y, yaw = place_on_region(name, scene.categories[name])
             d.mocap_pos[mid] = [x, y, surf]
-            d.mocap_quat[mid] = _yaw_quat(0.0 if np.isnan(yaw) else yaw)
+            d.mocap_quat[mid] = _yaw_quat(yaw)
         else:
             d.mocap_pos[mid] = [-6.0, 6.0 + 2.0 * k, 0.0]
             d.mocap_quat[mid] = [1, 0, 0, 0]
@@ -128,7 +153,6 @@ def sample_placement(scene: Scene, task: TaskSpec, rng: np.random.Generator, d: 
         cat = scene.categories[name]
         if name in on_arena:
             x, y, yaw = place_on_region(name, cat)
-            yaw = rng.uniform(-OBJECT_YAW_JITTER, OBJECT_YAW_JITTER) if np.isnan(yaw) else yaw
             set_free(name, [x, y, surf + DROP_CLEARANCE], yaw)
         else:
             pending.append(name)
@@ -144,9 +168,9 @@ def sample_placement(scene: Scene, task: TaskSpec, rng: np.random.Generator, d: 
             if target in scene.layout.sites and target not in scene.table_regions:
                 sid = m.site(target).id
                 p, R, half = d.site_xpos[sid].copy(), d.site_xmat[sid].reshape(3, 3), m.site_size[sid]
-                r = _footprint(scene.categories[name])
-                jit = np.array([rng.uniform(-1, 1) * max(half[0] - r, 0) * 0.5,
-                                rng.uniform(-1, 1) * max(half[1] - r, 0) * 0.5, 0.0])
+                hx, hy = _half_xy(scene.categories[name])
+                jit = np.array([rng.uniform(-1, 1) * max(half[0] - hx, 0) * 0.5,
+                                rng.uniform(-1, 1) * max(half[1] - hy, 0) * 0.5, 0.0])
                 p = p + R @ jit
                 z = p[2] + (half[2] + DROP_CLEARANCE if atom.pred == "on" else 0.0)
                 set_free(name, [p[0], p[1], z], yaw)
@@ -187,19 +211,26 @@ def settle(scene: Scene, qpos: np.ndarray, mocap: np.ndarray, seconds: float = S
     return state
 
 
-def make_init_bank(scene: Scene, task: TaskSpec, n: int, seed: int = 0) -> InitBank:
-    """`n` settled initial states of `task`, deterministic in (task, seed)."""
-    from clbench_jax.sim import env as env_mod
-
+def make_init_bank(scene: Scene, task: TaskSpec, n: int, seed: int = 0, valid_only: bool = True,
+                   max_rounds: int = 5) -> InitBank:
+    """`n` settled initial states of `task`, deterministic in (task, seed). With `valid_only`, samples whose
+    :init predicates fail after settling are replaced by fresh ones (up to `max_rounds` rounds); `init_ok` then
+    says which of the returned states are valid (all, unless the rounds ran out)."""
     digest = int(hashlib.sha256(f"{task.name}:{seed}".encode()).hexdigest()[:8], 16)
     rng = np.random.default_rng(digest)
     d = mujoco.MjData(scene.model)
-    placements = [sample_placement(scene, task, rng, d) for _ in range(n)]
-    qpos = np.stack([p[0] for p in placements])
-    mocap = np.stack([p[1] for p in placements])
-    state = settle(scene, qpos, mocap)
-    ok = init_predicates_hold(scene, task, state, mocap)
-    return InitBank(task=task.name, state=state, mocap=mocap, init_ok=ok)
+    states, mocaps, oks = [], [], []
+    for _ in range(max_rounds if valid_only else 1):
+        placements = [sample_placement(scene, task, rng, d) for _ in range(n)]
+        mocap = np.stack([p[1] for p in placements])
+        state = settle(scene, np.stack([p[0] for p in placements]), mocap)
+        ok = init_predicates_hold(scene, task, state, mocap)
+        states.append(state), mocaps.append(mocap), oks.append(ok)
+        if not valid_only or sum(o.sum() for o in oks) >= n:
+            break
+    state, mocap, ok = np.concatenate(states), np.concatenate(mocaps), np.concatenate(oks)
+    order = np.argsort(~ok, kind="stable")[:n] if valid_only else np.arange(n)  # valid ones first, in order
+    return InitBank(task=task.name, state=state[order], mocap=mocap[order], init_ok=ok[order])
 
 
 def init_predicates_hold(scene: Scene, task: TaskSpec, state: np.ndarray, mocap: np.ndarray) -> np.ndarray:

@@ -41,7 +41,7 @@ class MjxBackend:
         self.m_host = scene.mjx_model_host
         self.impl = impl
         self.mx = mjx.put_model(self.m_host, impl=impl)
-        self.nsub = n_substeps or robot.PHYSICS.n_substeps
+        self.nsub = n_substeps or robot.PHYSICS.substeps
         self.groups = jnp.asarray(geom_groups(scene, self.m_host))
         self.pairs = jnp.asarray(scene.pairs)
         self.ngroup = len(scene.entities) + 2

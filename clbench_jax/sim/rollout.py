@@ -218,7 +218,7 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
     from clbench_jax.sim.native import NativeWorlds
 
     n = batch.task_ids.shape[0]
-    worlds = NativeWorlds(scene.model, n, robot.PHYSICS.n_substeps, nthread)
+    worlds = NativeWorlds(scene.model, n, robot.PHYSICS.substeps, nthread)
     renderer = None
     with_images = obs_mode == "rgb"
     if with_images:
