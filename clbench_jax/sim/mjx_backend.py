@@ -1,11 +1,15 @@
 """The `mjx` backend: MuJoCo XLA, the whole episode on device.
 
-Same model physics as the native backend (without its contact-pair sensors, which MJX's jax impl lacks): contact
-pairs are read from MJX's contact list instead and reduced to the same (P,) found flags, so the predicates see
-identical arrays on both backends (tests/test_backends.py compares them).
+Same model physics as the native backend, with two differences of form: MJX's jax impl lacks body-level contact
+sensors, so contact pairs are read from MJX's contact list and reduced to the same (P,) found flags; and MJX
+moves a mocap body but not its children, so fixtures are static bodies whose placement is a per-world `body_pos` /
+`body_quat` (the model is vmapped over those two fields). The predicates see identical arrays on both backends
+(tests/test_backends.py compares them).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -47,20 +51,36 @@ class MjxBackend:
         self.ngroup = len(scene.entities) + 2
         # sensordata of the MJX model has the same layout as the native one up to the contact sensors.
         self.nsens = self.m_host.nsensordata
+        self.fixture_ids = np.array([self.m_host.body(n).id for n in scene.fixtures], np.int32)
 
-    def init_data(self, state: np.ndarray, mocap: np.ndarray) -> mjx.Data:
-        """Batched mjx.Data from full-physics states (n, nstate) of the native model and mocap (n, nmocap, 7)."""
+    def placement(self, mocap: np.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """Per-world body_pos / body_quat (n, nbody, 3|4) with the fixtures placed as the native mocap poses."""
+        n = mocap.shape[0]
+        bp = np.repeat(self.m_host.body_pos[None], n, 0)
+        bq = np.repeat(self.m_host.body_quat[None], n, 0)
+        bp[:, self.fixture_ids] = mocap[:, :, :3]
+        bq[:, self.fixture_ids] = mocap[:, :, 3:]
+        return jnp.asarray(bp), jnp.asarray(bq)
+
+    def model(self, body_pos, body_quat):
+        return self.mx.replace(body_pos=body_pos, body_quat=body_quat)
+
+    def init_data(self, state: np.ndarray, placement) -> mjx.Data:
+        """Batched mjx.Data from full-physics states (n, nstate) of the native model."""
+        return self._init(jnp.asarray(state), *placement)
+
+    @functools.cached_property
+    def _init(self):
         m = self.m_host
         nq, nv, na = m.nq, m.nv, m.na
-        st = jnp.asarray(state)
         d0 = mjx.make_data(m, impl=self.impl)
 
-        def one(s, mc):
-            d = d0.replace(time=s[0], qpos=s[1:1 + nq], qvel=s[1 + nq:1 + nq + nv], act=s[1 + nq + nv:1 + nq + nv + na],
-                           mocap_pos=mc[:, :3], mocap_quat=mc[:, 3:])
-            return mjx.forward(self.mx, d)
+        def one(s, bp, bq):
+            d = d0.replace(time=s[0], qpos=s[1:1 + nq], qvel=s[1 + nq:1 + nq + nv],
+                           act=s[1 + nq + nv:1 + nq + nv + na])
+            return mjx.forward(self.model(bp, bq), d)
 
-        return jax.vmap(one)(st, jnp.asarray(mocap))
+        return jax.jit(jax.vmap(one))
 
     def found(self, d: mjx.Data) -> jnp.ndarray:
         """(P,) contact found flags of one world's data (same pairs as the native contact sensors)."""
@@ -72,10 +92,11 @@ class MjxBackend:
         mat = mat | mat.T
         return mat[self.pairs[:, 0], self.pairs[:, 1]].astype(jnp.float32)
 
-    def step(self, d: mjx.Data, ctrl: jnp.ndarray) -> mjx.Data:
+    def step(self, placement, d: mjx.Data, ctrl: jnp.ndarray) -> mjx.Data:
         """One control step of one world: hold `ctrl` for n_substeps physics steps."""
+        mx = self.model(*placement)
         d = d.replace(ctrl=ctrl)
-        return jax.lax.fori_loop(0, self.nsub, lambda _, x: mjx.step(self.mx, x), d)
+        return jax.lax.fori_loop(0, self.nsub, lambda _, x: mjx.step(mx, x), d)
 
     def read(self, d: mjx.Data) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
         """-> (sensordata, found, bad) for one world; bad flags NaN or exploding velocities."""

@@ -256,20 +256,21 @@ def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup
     run = _cached(("mjx", id(scene), policy, warmup, horizon, stop_at_success, impl),
                   lambda: _mjx_runner(be, make_advance(c, policy, warmup, horizon, stop_at_success),
                                       warmup + horizon))
-    d = be.init_data(batch.state, batch.mocap)
-    carry = run(d, _new_carry(batch, pstate0, goals.pred.shape[1]), tasks, goals)
+    placement = be.placement(batch.mocap)
+    d = be.init_data(batch.state, placement)
+    carry = run(d, placement, _new_carry(batch, pstate0, goals.pred.shape[1]), tasks, goals)
     return jax.tree.map(np.asarray, carry.rec)
 
 
 def _mjx_runner(be, advance, total: int):
     @jax.jit
-    def run(d, carry, tasks, goals):
+    def run(d, placement, carry, tasks, goals):
         # Same order as the native loop: advance on the reset reading, then (step, advance) until done.
         carry, ctrl = advance(carry, tasks, goals, *jax.vmap(be.read)(d))
 
         def body(state):
             d, carry, ctrl = state
-            d = jax.vmap(be.step)(d, ctrl)
+            d = jax.vmap(be.step)(placement, d, ctrl)
             carry, ctrl = advance(carry, tasks, goals, *jax.vmap(be.read)(d))
             return d, carry, ctrl
 

@@ -78,8 +78,10 @@ class Scene:
 
     @functools.cached_property
     def mjx_model_host(self) -> mujoco.MjModel:
-        """The same physics without contact sensors (MJX's jax impl lacks body-level contact sensors)."""
-        return _build_spec(self, contact_sensors=False).compile()
+        """The same physics for MJX: without contact sensors (MJX's jax impl lacks body-level contact sensors) and
+        with fixtures as static bodies placed per world through a batched `body_pos` (MJX moves a mocap body but
+        not its children, so mocap drawers would stay behind)."""
+        return _build_spec(self, contact_sensors=False, mocap_fixtures=False).compile()
 
     @functools.cached_property
     def sensors(self) -> SensorMap:
@@ -159,7 +161,8 @@ def build_scene(tasks: list[TaskSpec] | tuple[TaskSpec, ...]) -> Scene:
                  layout=layout, pairs=np.array(pairs, np.int32).reshape(-1, 2), park=park)
 
 
-def _build_spec(scene: Scene, contact_sensors: bool, region_task: TaskSpec | None = None) -> mujoco.MjSpec:
+def _build_spec(scene: Scene, contact_sensors: bool, region_task: TaskSpec | None = None,
+                mocap_fixtures: bool = True) -> mujoco.MjSpec:
     spec = mujoco.MjSpec()
     spec.modelname = scene.key
     robot.apply_physics_options(spec)
@@ -179,7 +182,7 @@ def _build_spec(scene: Scene, contact_sensors: bool, region_task: TaskSpec | Non
                 arena_body.add_site(name=r, type=mujoco.mjtGeom.mjGEOM_BOX, pos=pos, size=half,
                                     rgba=[1, 0, 0, 0.15], group=3)
     for name in scene.fixtures:
-        b = wb.add_body(name=name, mocap=True, pos=[0, 0, -5.0 - len(name) * 0.0])
+        b = wb.add_body(name=name, mocap=mocap_fixtures, pos=[0, 0, -5.0])
         assets.build(b, name, scene.categories[name])
     for i, name in enumerate(scene.objects):
         b = wb.add_body(name=name, pos=scene.park[i].tolist())
