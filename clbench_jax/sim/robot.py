@@ -112,7 +112,12 @@ EYE_IN_HAND = f"{PREFIX}eye_in_hand"
 class Physics:
     """Physics options shared by every backend.
 
-    Chosen: ``timestep 0.005 s x 10 substeps`` per 20 Hz action, implicitfast, Newton, 5 iterations,
+    Integrator: Euler, with each servo's velocity gain expressed as joint damping (which Euler integrates
+    implicitly, in MuJoCo and in MJX alike). MJX's implicitfast leaves out actuator-velocity derivatives that
+    MuJoCo's includes, so position servos with kv integrated differently on the two backends (0.68 rad/s apart
+    after one step); with the damping on the joints they agree to 1e-6.
+
+    Chosen: ``timestep 0.005 s x 10 substeps`` per 20 Hz action, Newton, 5 iterations,
     8 line-search iterations, pyramidal cone, impratio 10. Measured on this 2-core machine, one thread, the
     tests' scene (robot + table + 5 cm cube): 120-130k physics steps/s (cube resting or held), i.e. about
     12k control steps/s at 10 substeps vs 4.3k at LIBERO's 0.002 s x 25, with the same grasp quality (0.3 m
@@ -132,7 +137,7 @@ class Physics:
     iterations: int = 5
     ls_iterations: int = 8
     cone: str = "pyramidal"            # "pyramidal" | "elliptic"
-    integrator: str = "implicitfast"   # "implicitfast" | "euler" | "rk4" | "implicit"
+    integrator: str = "euler"          # "euler" | "implicitfast" | "rk4" | "implicit"
     solver: str = "newton"
     impratio: float = 10.0
 
@@ -252,6 +257,7 @@ def add_robot(spec: mujoco.MjSpec, base_pos, base_quat=(1.0, 0.0, 0.0, 0.0)) -> 
         j.range = [float(JOINT_LOWER[i - 1]) * unit, float(JOINT_UPPER[i - 1]) * unit]
         j.limited = mujoco.mjtLimited.mjLIMITED_TRUE
         j.armature = ARMATURE
+        j.damping = [float(ARM_KV[i - 1]), 0.0, 0.0]  # the servo's velocity term, as joint damping: see Physics
         shapes = _LINK_SHAPES[i]
         for k, (p0, p1, r) in enumerate(shapes):
             _visual_capsule(body, f"{PREFIX}link{i}_vis{k}", p0, p1, r, LINK_MASS[i] / len(shapes))
@@ -278,6 +284,7 @@ def add_robot(spec: mujoco.MjSpec, base_pos, base_quat=(1.0, 0.0, 0.0, 0.0)) -> 
         j.range = list(FINGER_RANGE)
         j.limited = mujoco.mjtLimited.mjLIMITED_TRUE
         j.armature = FINGER_ARMATURE
+        j.damping = [2.0 * GRIPPER_KV, 0.0, 0.0]  # the gripper servo's kv on q1 + q2, per finger (fingers move together)
         # knuckle (joins the hand) and the pad (inner face at y = 0 of the finger frame: fingers meet at q = 0)
         _collision_box(finger, f"{PREFIX}finger_{side}_knuckle", [0.0, sign * 0.012, 0.012],
                        [0.01, 0.008, 0.012], FINGER_MASS * 0.4, _ARM_RGBA)
@@ -289,11 +296,11 @@ def add_robot(spec: mujoco.MjSpec, base_pos, base_quat=(1.0, 0.0, 0.0, 0.0)) -> 
     for i in range(7):
         act = spec.add_actuator(name=ARM_ACTUATORS[i], target=ARM_JOINTS[i],
                                 trntype=mujoco.mjtTrn.mjTRN_JOINT)
-        act.set_to_position(kp=float(ARM_KP[i]), kv=float(ARM_KV[i]))
+        act.set_to_position(kp=float(ARM_KP[i]), kv=0.0)
         act.ctrlrange = [float(JOINT_LOWER[i]), float(JOINT_UPPER[i])]
         act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
-        act.forcerange = [-float(TORQUE_LIMIT[i]), float(TORQUE_LIMIT[i])]
-        act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+        # No force limit: the servo's damping lives on the joint (see Physics), so clipping kp * error alone
+        # would saturate during ordinary motions (the shoulder then lifts the hand ~8 cm on a 0.25 m reach).
 
     # gripper: tendon = total opening q1 + q2, one position servo on it, fingers equality-coupled
     ten = spec.add_tendon(name=f"{PREFIX}gripper_tendon")
@@ -304,7 +311,7 @@ def add_robot(spec: mujoco.MjSpec, base_pos, base_quat=(1.0, 0.0, 0.0, 0.0)) -> 
     eq.data[:5] = [0.0, 1.0, 0.0, 0.0, 0.0]
     eq.solref = [0.005, 1.0]
     act = spec.add_actuator(name=GRIPPER_ACTUATOR, target=ten.name, trntype=mujoco.mjtTrn.mjTRN_TENDON)
-    act.set_to_position(kp=GRIPPER_KP, kv=GRIPPER_KV)
+    act.set_to_position(kp=GRIPPER_KP, kv=0.0)
     act.ctrlrange = [0.0, 2 * FINGER_RANGE[1]]
     act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
     act.forcerange = [-GRIPPER_FORCE_LIMIT, GRIPPER_FORCE_LIMIT]

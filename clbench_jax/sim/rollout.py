@@ -59,6 +59,7 @@ class Carry:
     ee0: jnp.ndarray  # (N, 3)
     finger0: jnp.ndarray  # (N, 2)
     qref: jnp.ndarray  # (N, 7) commanded arm pose (the controller integrates it; see control.action_to_ctrl)
+    trace: Any  # None, or per-step arrays (N, steps + 1, ...) when tracing
     t: jnp.ndarray  # scalar int32: control steps run (warm-up included)
 
 
@@ -97,6 +98,16 @@ def zero_policy() -> tuple[PolicyFn, Any]:
     return policy, ()
 
 
+def replay_policy(actions: np.ndarray) -> tuple[PolicyFn, Any]:
+    """Play fixed action sequences (N, T, 7); past T the last action repeats. pstate is the step counter."""
+    acts = jnp.asarray(actions)
+
+    def policy(obs, i, keys):
+        return acts[:, jnp.minimum(i, acts.shape[1] - 1)], i + 1
+
+    return policy, jnp.asarray(0, jnp.int32)
+
+
 def _init_records(n: int, k: int) -> Records:
     return Records(success=jnp.zeros((n, k), bool), first_success=jnp.full((n, k), -1, jnp.int32),
                    held_at_reset=jnp.zeros((n, k), bool), ee_disp_max=jnp.zeros(n), gripper_change_max=jnp.zeros(n),
@@ -107,7 +118,10 @@ def _init_records(n: int, k: int) -> Records:
 def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int, stop_at_success: bool,
                  with_images: bool = False):
     """The per-control-step function shared by every backend:
-    (carry, tasks, goals, sensordata (N, ns), found (N, P), bad (N,), images) -> (carry, ctrl (N, nu))."""
+    (carry, tasks, goals, sensordata (N, ns), found (N, P), bad (N,), images) -> (carry, ctrl (N, nu)).
+
+    The policy sees LIBERO's proprio keys, object tokens (and images), and -- for scripted experts only -- the
+    privileged `sensordata`, `found`, `goals` and `tasks` of its world (a learned policy must not read them)."""
     dummy = jnp.zeros(7).at[6].set(-1.0)
 
     def advance(carry: Carry, tasks: env.TaskArrays, goals: GoalTable, sens, found, bad, images=None):
@@ -146,7 +160,7 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
         key, sub = jax.vmap(lambda k: tuple(jax.random.split(k)))(carry.key)
         tok, mask = jax.vmap(lambda s, ta, k: env.object_tokens(c, s, ta, k))(
             sens, tasks, jax.vmap(lambda k: jax.random.fold_in(k, 7))(sub))
-        obs = dict(prop, tokens=tok, token_mask=mask)
+        obs = dict(prop, tokens=tok, token_mask=mask, sensordata=sens, found=found, goals=goals, tasks=tasks)
         if images is not None:
             obs["agentview_rgb"], obs["eye_in_hand_rgb"] = images[:, 0], images[:, 1]
         act, pstate = policy(obs, carry.pstate, sub)
@@ -154,36 +168,55 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
         qref = jnp.where(t == 0, prop["joint_states"], carry.qref)
         ctrl = jax.vmap(lambda q, a, r: control.action_to_ctrl(q, a, c.robot_base, q_ref=r))(
             prop["joint_states"], act, qref)
-        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, qref=ctrl[:, :7], t=t + 1)
+        trace = carry.trace
+        if trace is not None:
+            row = {"ee_pos": prop["ee_pos"], "entity_pos": sens[:, c.sens_entity_pos], "holds": holds,
+                   "joint_q": sens[:, c.sens_joint_q], "fingers": fingers, "action": act}
+            trace = {k: v.at[:, t].set(row[k]) for k, v in trace.items()}
+        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, qref=ctrl[:, :7],
+                              trace=trace, t=t + 1)
         return carry, ctrl
 
     return advance
 
 
-def _new_carry(batch: EpisodeBatch, pstate0, k: int) -> Carry:
+def _new_carry(batch: EpisodeBatch, pstate0, k: int, c: env.SceneConsts | None = None,
+               steps: int | None = None) -> Carry:
+    """Fresh carry; with `c` and `steps`, per-step trace arrays for steps + 1 readings (reset included)."""
     n = batch.task_ids.shape[0]
+    trace = None
+    if steps is not None:
+        E, J = c.sens_entity_pos.shape[0], c.sens_joint_q.shape[0]
+        shapes = {"ee_pos": (3,), "entity_pos": (E, 3), "holds": (k,), "joint_q": (J,), "fingers": (2,),
+                  "action": (7,)}
+        trace = {name: jnp.zeros((n, steps + 1) + s, bool if name == "holds" else jnp.float32)
+                 for name, s in shapes.items()}
     return Carry(rec=_init_records(n, k), pstate=pstate0, key=jnp.asarray(batch.keys),
-                 ee0=jnp.zeros((n, 3)), finger0=jnp.zeros((n, 2)), qref=jnp.zeros((n, 7)), t=jnp.asarray(0, jnp.int32))
+                 ee0=jnp.zeros((n, 3)), finger0=jnp.zeros((n, 2)), qref=jnp.zeros((n, 7)), trace=trace, t=jnp.asarray(0, jnp.int32))
 
 
 def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizon: int, *, backend: str = "native",
             warmup: int = 0, stop_at_success: bool = True, obs_mode: str = "state", image_size: int = 128,
-            nthread: int | None = None, mjx_impl: str = "jax", progress: bool = False) -> Records:
-    """Run N episodes to success or `horizon` policy steps (after `warmup` zero-action steps)."""
+            nthread: int | None = None, mjx_impl: str = "jax", progress: bool = False, trace: bool = False):
+    """Run N episodes to success or `horizon` policy steps (after `warmup` zero-action steps) -> Records, or
+    (Records, trace) with `trace=True`: per-step arrays (N, warmup + horizon + 1, ...) of the EE position, entity
+    positions, goal truths, articulated joints, finger joints and actions (rows after an early stop stay 0)."""
     c = _consts(scene)
     tasks = jax.tree.map(lambda x: jnp.asarray(x[batch.task_ids]), task_stack(scene))
     goals = jax.tree.map(jnp.asarray, batch.goals)
-    k = goals.pred.shape[1]
     if backend == "native":
-        return _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
-                               obs_mode, image_size, nthread, progress)
-    if backend == "mjx":
+        out = _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
+                              obs_mode, image_size, nthread, progress, trace)
+    elif backend == "mjx":
         if obs_mode != "state":
             raise ValueError("the mjx backend renders only with impl='warp' on NVIDIA GPUs; use obs_mode='state' "
                              "or the native backend for RGB observations on CPU")
-        return _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
-                            mjx_impl)
-    raise ValueError(f"unknown backend {backend!r} (native | mjx)")
+        out = _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
+                           mjx_impl, trace)
+    else:
+        raise ValueError(f"unknown backend {backend!r} (native | mjx)")
+    carry = jax.tree.map(np.asarray, out)
+    return (carry.rec, carry.trace) if trace else carry.rec
 
 
 _TASK_STACKS: dict[int, env.TaskArrays] = {}
@@ -213,7 +246,7 @@ def task_stack(scene: Scene) -> env.TaskArrays:
 
 
 def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success, obs_mode,
-                    image_size, nthread, progress):
+                    image_size, nthread, progress, trace):
     from clbench_jax.sim import robot
     from clbench_jax.sim.native import NativeWorlds
 
@@ -229,8 +262,8 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
     pf = scene.sensors.pair_found
     try:
         sens = worlds.set_state(batch.state, batch.mocap)
-        carry = _new_carry(batch, pstate0, goals.pred.shape[1])
         total = warmup + horizon
+        carry = _new_carry(batch, pstate0, goals.pred.shape[1], c, total if trace else None)
         bar = _bar(total, progress, "rollout (native)")
         for _ in range(total + 1):
             bad = worlds.qvel_max() > QVEL_LIMIT
@@ -246,10 +279,10 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
         worlds.close()
         if renderer is not None:
             renderer.close()
-    return jax.tree.map(np.asarray, carry.rec)
+    return carry
 
 
-def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success, impl):
+def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success, impl, trace):
     from clbench_jax.sim.mjx_backend import MjxBackend
 
     be = _cached(("mjx-backend", id(scene), impl), lambda: MjxBackend(scene, impl=impl))
@@ -258,8 +291,8 @@ def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup
                                       warmup + horizon))
     placement = be.placement(batch.mocap)
     d = be.init_data(batch.state, placement)
-    carry = run(d, placement, _new_carry(batch, pstate0, goals.pred.shape[1]), tasks, goals)
-    return jax.tree.map(np.asarray, carry.rec)
+    carry = _new_carry(batch, pstate0, goals.pred.shape[1], c, warmup + horizon if trace else None)
+    return run(d, placement, carry, tasks, goals)
 
 
 def _mjx_runner(be, advance, total: int):
