@@ -20,6 +20,8 @@ class BatchRenderer:
         self.m, self.cameras = model, cameras
         self.r = mujoco.Renderer(model, size, size)
         self.d = mujoco.MjData(model)
+        self.opt = mujoco.MjvOption()
+        self.opt.sitegroup[:] = 0  # no site markers (regions, grip site) in observations
 
     def render(self, state: np.ndarray, mocap: np.ndarray) -> np.ndarray:
         n = state.shape[0]
@@ -31,7 +33,7 @@ class BatchRenderer:
             mujoco.mj_kinematics(self.m, self.d)
             mujoco.mj_camlight(self.m, self.d)
             for k, cam in enumerate(self.cameras):
-                self.r.update_scene(self.d, camera=cam)
+                self.r.update_scene(self.d, camera=cam, scene_option=self.opt)
                 out[i, k] = self.r.render()
         return out
 
@@ -54,6 +56,7 @@ def save_png(path, image: np.ndarray) -> None:
     os.close(fd)
     try:
         mpimg.imsave(tmp, image)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -191,7 +191,7 @@ def _build_spec(scene: Scene, contact_sensors: bool, region_task: TaskSpec | Non
     robot.add_robot(spec, scene.arena.robot_base)
     # agentview: in front of the robot across the table, looking back at it (as LIBERO's agentview).
     bx = scene.arena.robot_base[0]
-    wb.add_camera(name="agentview", pos=[bx + 1.55, 0.0, surf + 0.70], xyaxes=[0, 1, 0, -0.45, 0, 0.89],
+    wb.add_camera(name="agentview", pos=[bx + 1.65, 0.0, surf + 0.95], xyaxes=[0, 1, 0, -0.62, 0, 0.78],
                   fovy=45)
     _add_sensors(spec, scene, contact_sensors)
     return spec
