@@ -1,0 +1,1 @@
+"""Demonstration data: the scripted privileged-state oracle (`oracle`)."""

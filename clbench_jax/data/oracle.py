@@ -1,0 +1,656 @@
+"""A scripted, privileged-state oracle policy for every goal kind of the 130 LIBERO tasks (and any other goal over a
+scene's entities), as one pure JAX function that runs inside the batched rollout engine.
+
+    policy, pstate0_fn = make_oracle(scene)
+    rec = rollout.rollout(scene, policy, pstate0_fn(N), batch, 600)
+
+The policy reads the privileged `sensordata` / `found` / `goals` / `tasks` of its world (never learned policies'
+business), evaluates goal 0's rows with LIBERO's predicates and works through the false ones in a sensible order
+(Open / TurnOn first, then On / In, then Close / TurnOff; an `In(x, drawer or microwave region)` opens the drawer or
+door first). Each row becomes a *job*, run by a phase machine held in `pstate` (job, phase, steps in phase, grasp
+choice, carried-object offset, per-job noise):
+
+- pick-and-place (On object / On site / In site): above the grasp point, descend, close, lift to a transit height
+  that clears the nearby entities, carry (turning the object if it fits the region better), descend (from the front
+  into the microwave and the shelf), release, retreat; a lost object restarts the job;
+- push (objects the gripper cannot span, the plate): closed gripper behind it, pushed toward the region centre;
+- drawers: open = grasp the pull bar with the hand horizontal (pointing into the cabinet, fingers pinching the bar
+  top and bottom), pull along the slide axis; close = push the bar with the closed gripper;
+- microwave door: open = pinch the vertical bar from above, pull along the arc while the wrist turns with the door;
+  close = push the door's outer face along the arc with the closed gripper above the cabinet roof;
+- stove knob: pinch the pointer and turn the wrist about z.
+
+Motion is a saturated proportional law toward the phase's waypoint (speed drawn per episode), orientation from the
+axis-angle error; waypoints carry a few millimetres of per-job noise, so demos differ. Everything is branch-free
+jnp, vmapped over worlds. Geometry (grasp heights, handle positions) comes from the stand-ins (`assets.standin`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from clbench_jax.sim import assets, control, env, rollout
+from clbench_jax.sim.predicates import PRED, GoalTable, eval_rows, quat_to_mat
+from clbench_jax.sim.scene import Scene
+
+# Jobs.
+J_NONE, J_PICK, J_PUSH, J_DOPEN, J_DCLOSE, J_MOPEN, J_MCLOSE, J_KNOB = range(8)
+P_MAX = 10  # phases per job (padded)
+NCAND = 6  # grasp candidates per entity
+
+PULL_Q = -0.20  # drawers are pulled to this slide position (open: q < -0.14; 0.185 m exposed at -0.20)
+DOOR_OPEN_Q = -1.55
+KNOB_ON_Q, KNOB_OFF_Q = 0.8, -0.04
+PRE_H = 0.10  # pre-grasp height above the grasp point
+DROP = 0.012  # objects are released this far above their resting height
+CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
+
+# Joint kinds.
+JK_NONE, JK_DRAWER, JK_DOOR, JK_KNOB = range(4)
+
+
+# --------------------------------------------------------------------------------------------- static geometry
+def _grasp_spec(cat: str):
+    """(candidates [(x, y, psi)], grip z above the origin, pushable). psi = finger-closing axis angle (object frame)."""
+    s = assets.standin(cat)
+    sx, sy, h = s.size
+    sc = s.shape_class
+    if s.kind != "object":
+        return [], 0.0, False
+    if cat == "plate":
+        return [], 0.0, True
+    if sc == 1:  # bowl: pinch a rim wall; walls at phi = k*60 deg
+        a0, a1 = (0.032, 0.056) if cat == "akita_black_bowl" else (0.034, 0.058)
+        t, floor_t = 0.006, 0.008
+        zb = 0.5 * floor_t
+        height = h - zb
+        beta = math.atan2(a1 - a0, height)
+        a_mid = 0.5 * (a0 + a1) + 0.5 * t / math.cos(beta)
+        zg = h - 0.012
+        r = a_mid + (zg - (zb + height / 2)) * math.tan(beta)
+        return [(r * math.cos(k * math.pi / 3), r * math.sin(k * math.pi / 3), k * math.pi / 3)
+                for k in range(6)], zg, False
+    if sc == 6:  # basket / tray: pinch the wall nearest the robot (both x walls offered)
+        return [(-(sx / 2 - 0.004), 0.0, 0.0), ((sx / 2 - 0.004), 0.0, 0.0)], h - 0.015, False
+    if sc == 8:  # frypan: handle
+        return [(0.18, 0.0, math.pi / 2)], 0.043, False
+    if sc == 7:  # book, upright: across its thickness (x)
+        return [(0.0, 0.0, 0.0)], h - 0.03, False
+    if sc in (5, 11) or cat in ("wine_bottle", "salad_dressing", "new_salad_dressing"):  # round / square solids
+        zg = {5: 0.6 * h, 11: 0.09}.get(sc, 0.09)
+        return [(0.0, 0.0, k * math.pi / 4) for k in range(4)], zg, False
+    if sc == 10:  # ramekin: across flats
+        return [(0.0, 0.0, k * math.pi / 4) for k in range(4)], 0.025, False
+    if sc == 4:  # mugs: across y (handle on +x)
+        return [(0.0, 0.0, math.pi / 2)], 0.06, False
+    if sc == 9:  # moka pot
+        return [(0.0, 0.0, math.pi / 2)], 0.10, False
+    if sc == 3:  # squeeze bottles
+        return [(0.0, 0.0, math.pi / 2)], 0.09, False
+    # boxes: across the shorter horizontal side
+    psi = math.pi / 2 if sy <= sx else 0.0
+    return [(0.0, 0.0, psi)], max(h / 2, 0.025), False
+
+
+def _geom_local(s: assets.StandIn, body: str, size) -> np.ndarray:
+    for g in s.geoms:
+        if g.body == body and np.allclose(g.size, size):
+            return np.asarray(g.pos)
+    raise KeyError((s.category, body, size))
+
+
+def _tables(scene: Scene) -> dict:
+    E = len(scene.entities)
+    ents = scene.entities
+    cand = np.zeros((E, NCAND, 3), np.float32)
+    cmask = np.zeros((E, NCAND), bool)
+    grip_z = np.zeros(E, np.float32)
+    pushable = np.zeros(E, bool)
+    size = np.zeros((E, 3), np.float32)
+    stack_h = np.zeros(E, np.float32)  # resting height of something put On this entity
+    is_obj = np.zeros(E, bool)
+    tilt = np.zeros(E, np.float32)
+    for e, name in enumerate(ents):
+        cat = scene.categories[name]
+        s = assets.standin(cat)
+        size[e] = s.size
+        is_obj[e] = s.kind == "object"
+        c, zg, push = _grasp_spec(cat)
+        for k, v in enumerate(c[:NCAND]):
+            cand[e, k], cmask[e, k] = v, True
+        grip_z[e], pushable[e] = zg, push
+        if s.shape_class == 1:
+            a0, a1 = (0.032, 0.056) if cat == "akita_black_bowl" else (0.034, 0.058)
+            tilt[e] = math.atan2(a1 - a0, s.size[2] - 0.004)
+        stack_h[e] = {1: 0.022, 6: 0.01}.get(s.shape_class, s.size[2])
+    # joints
+    J = len(scene.joints)
+    jkind = np.zeros(J, np.int32)
+    jowner = np.zeros(J, np.int32)
+    jbar = np.zeros((J, 3), np.float32)  # handle (bar / knob) centre in the owner frame at q = 0
+    jaxis = np.zeros((J, 3), np.float32)
+    jfront = np.zeros((J, 3), np.float32)
+    jchild = np.zeros((J, 3), np.float32)
+    jface = np.zeros(J, np.float32)  # drawers: cabinet face along front (owner frame)
+    jtop = np.zeros(J, np.float32)  # owner's top height
+    for j, jn in enumerate(scene.joints):
+        owner = max((e for e in ents if jn.startswith(e + "_")), key=len)
+        o = ents.index(owner)
+        s = assets.standin(scene.categories[owner])
+        jd = next(x for x in s.joints if f"{owner}_{x.suffix}" == jn)
+        child = np.asarray(s.child_body_pos[s.child_bodies.index(jd.body)])
+        jowner[j], jaxis[j], jfront[j], jchild[j] = o, jd.axis, s.front, child
+        jtop[j] = s.size[2]
+        if jd.kind == "slide":
+            jkind[j] = JK_DRAWER
+            jbar[j] = child + _geom_local(s, jd.body, (0.006, 0.05, 0.007))
+            jface[j] = float(np.dot(jbar[j], s.front)) - 0.031
+        elif s.category == "microwave":
+            jkind[j] = JK_DOOR
+            jbar[j] = _geom_local(s, jd.body, (0.006, 0.006, 0.06))  # in the door frame
+        else:
+            jkind[j] = JK_KNOB
+            jbar[j] = child
+    # sites
+    S = len(scene.layout.sites)
+    nb = len(scene.body_sites)
+    s_side = np.zeros(S, bool)
+    s_front = np.zeros((S, 3), np.float32)
+    s_joint = np.full(S, -1, np.int32)
+    s_drawer = np.zeros(S, bool)
+    for i, sn in enumerate(scene.body_sites):
+        owner = max((e for e in ents if sn.startswith(e + "_")), key=len)
+        cat = scene.categories[owner]
+        suffix = sn[len(owner) + 1:]
+        st = assets.standin(cat)
+        s_front[i] = st.front
+        js = np.flatnonzero(scene.layout.site_joints[i])
+        if len(js):
+            s_joint[i], s_drawer[i] = js[0], True
+        if cat == "microwave" and suffix == "heating_region":
+            s_side[i] = True
+            s_joint[i] = next(j for j, jn in enumerate(scene.joints) if jn.startswith(owner + "_"))
+        if cat == "wooden_two_layer_shelf" and suffix in ("top_region", "bottom_region"):
+            s_side[i] = True
+    del nb
+    return dict(cand=cand, cmask=cmask, grip_z=grip_z, pushable=pushable, size=size, stack_h=stack_h,
+                is_obj=is_obj, tilt=tilt, jkind=jkind, jowner=jowner, jbar=jbar, jaxis=jaxis, jfront=jfront, jchild=jchild,
+                jface=jface, jtop=jtop, s_side=s_side, s_front=s_front, s_joint=s_joint, s_drawer=s_drawer)
+
+
+# ------------------------------------------------------------------------------------------------ math helpers
+def _rz(a):
+    c, s = jnp.cos(a), jnp.sin(a)
+    return jnp.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def _rx(a):
+    c, s = jnp.cos(a), jnp.sin(a)
+    return jnp.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+
+
+def _r_down(yaw):
+    """EE rotation pointing down, hand x at angle `yaw` (fingers close along Rz(yaw) (0, -1, 0))."""
+    c, s = jnp.cos(yaw), jnp.sin(yaw)
+    return jnp.array([[c, s, 0.0], [s, -c, 0.0], [0.0, 0.0, -1.0]])
+
+
+def _r_point(d, up_sign):
+    """EE rotation with hand z along the horizontal unit vector d and hand y = up_sign * world z."""
+    z = jnp.array([d[0], d[1], 0.0])
+    y = jnp.array([0.0, 0.0, 1.0]) * up_sign
+    x = jnp.cross(y, z)
+    return jnp.stack([x, y, z], axis=1)
+
+
+def _wrap_half(a):
+    """Angle -> (-pi/2, pi/2] (the two-finger gripper is symmetric under a half turn)."""
+    return a - jnp.pi * jnp.round(a / jnp.pi)
+
+
+def _yaw_of(R):
+    return jnp.arctan2(R[1, 0], R[0, 0])
+
+
+def _rot_angle(R):
+    return jnp.arccos(jnp.clip((jnp.trace(R) - 1.0) / 2.0, -1.0, 1.0))
+
+
+def _pick(arrs, p):
+    """Select row p from a list of per-phase values (padded to P_MAX by repeating the last)."""
+    arrs = list(arrs) + [arrs[-1]] * (P_MAX - len(arrs))
+    return jnp.stack([jnp.asarray(a, jnp.float32) for a in arrs])[jnp.clip(p, 0, P_MAX - 1)]
+
+
+# --------------------------------------------------------------------------------------------------- the oracle
+def make_oracle(scene: Scene, noise: bool = True):
+    """-> (policy, pstate0_fn): `policy(obs, pstate, keys) -> (actions (N, 7), pstate)` for `rollout.rollout`,
+    `pstate0_fn(N)` the initial policy state of N worlds."""
+    c = env.scene_consts(scene)
+    T = {k: jnp.asarray(v) for k, v in _tables(scene).items()}
+    E = len(scene.entities)
+    base = jnp.asarray(scene.arena.robot_base, jnp.float32)
+    surf = float(scene.arena.surface_z)
+    pred_open, pred_close = PRED["open"], PRED["close"]
+    pred_on, pred_in, pred_ton, pred_toff = PRED["on"], PRED["in"], PRED["turnon"], PRED["turnoff"]
+    nz = 1.0 if noise else 0.0
+
+    def one(obs, ps, key):
+        sens, found = obs["sensordata"], obs["found"]
+        task = obs["tasks"]
+        goal = jax.tree.map(lambda x: x[0], obs["goals"])
+        view = env.sim_view(c, sens, found, task)
+        truth = eval_rows(view, goal, c.joint_tests)
+        ee = obs["ee_pos"]
+        R = control.axisangle_to_mat(obs["ee_ori"])
+        pos = view.body_pos
+        Rq = quat_to_mat(sens[c.sens_entity_quat])  # (E, 3, 3)
+        yaw_e = jnp.arctan2(Rq[:, 1, 0], Rq[:, 0, 0])
+        q = view.joint_q
+        contact = view.contact
+        present = task.present
+
+        # ---------------------------------------------------------------- choose a job when idle
+        J = q.shape[0]
+
+        def jpass(k, j):  # joint test k (0 open, 1 close, 2 on, 3 off) for joint j
+            from clbench_jax.sim.predicates import _joint_test
+            return _joint_test(c.joint_tests.op[k][j], c.joint_tests.thr[k][j], q[j]) if J else False
+
+        G = goal.pred.shape[0]
+        prio = jnp.where((goal.pred == pred_open) | (goal.pred == pred_ton), 0,
+                         jnp.where((goal.pred == pred_close) | (goal.pred == pred_toff), 2, 1))
+        todo = goal.valid & ~truth
+        score = jnp.where(todo, prio * 10 + jnp.arange(G), 1000)
+        row = jnp.argmin(score)
+        any_todo = todo.any()
+        rp, ra, rb = goal.pred[row], goal.a[row], goal.b[row]
+        jm = goal.jmask[row] if J else jnp.zeros((0,), bool)
+        # joint for open/close/turn rows: the first masked joint not yet passing
+        if J:
+            kk = jnp.select([rp == pred_open, rp == pred_close, rp == pred_ton], [0, 1, 2], 3)
+            passing = jax.vmap(lambda j: jpass(kk, j))(jnp.arange(J))
+            rj = jnp.argmax(jm & ~passing)
+        else:
+            rj = jnp.asarray(0)
+        S = view.site_pos.shape[0]
+        bsite = jnp.clip(rb - E, 0, S - 1)
+        b_is_site = rb >= E
+        need_j = jnp.where(b_is_site & (rp == pred_in), T["s_joint"][bsite], -1) if S else -1
+        need_open = (need_j >= 0) & ~(jpass(0, jnp.clip(need_j, 0, max(J - 1, 0))) if J else False)
+        jk_r = T["jkind"][rj] if J else JK_NONE
+        jk_n = T["jkind"][jnp.clip(need_j, 0, max(J - 1, 0))] if J else JK_NONE
+        a_ent = jnp.clip(ra, 0, E - 1)
+        place = (rp == pred_on) | (rp == pred_in)
+        new_job = jnp.select(
+            [~any_todo, place & need_open & (jk_n == JK_DRAWER), place & need_open & (jk_n == JK_DOOR),
+             place & T["pushable"][a_ent], place,
+             ((rp == pred_open) & (jk_r == JK_DRAWER)), ((rp == pred_close) & (jk_r == JK_DRAWER)),
+             ((rp == pred_open) & (jk_r == JK_DOOR)), ((rp == pred_close) & (jk_r == JK_DOOR)),
+             (rp == pred_ton) | (rp == pred_toff)],
+            [J_NONE, J_DOPEN, J_MOPEN, J_PUSH, J_PICK, J_DOPEN, J_DCLOSE, J_MOPEN, J_MCLOSE, J_KNOB], J_NONE)
+        new_joint = jnp.where(place & need_open, need_j, rj)
+        new_dir = jnp.where(rp == pred_toff, -1.0, 1.0)
+        k1, k2, k3 = jax.random.split(key, 3)
+        new_noise = jax.random.normal(k1, (3,)) * 0.003 * nz
+        new_speed = 0.55 + 0.3 * jax.random.uniform(k2) * nz + 0.15 * (1 - nz)
+
+        # grasp candidate choice (pick) at job start
+        cnd = T["cand"][a_ent]  # (K, 3)
+        Ra = _rz(yaw_e[a_ent])
+        cpt = pos[a_ent][None, :2] + (Ra[:2, :2] @ cnd[:, :2].T).T  # (K, 2)
+        cyaw = _wrap_half(yaw_e[a_ent] + cnd[:, 2] + jnp.pi / 2)
+        others = present & (jnp.arange(E) != a_ent) & T["is_obj"]
+        dmin = jnp.min(jnp.where(others[None, :], jnp.linalg.norm(cpt[:, None, :] - pos[None, :, :2], axis=-1)
+                                 + 0.0, 1.0), axis=1)
+        off_dir = cpt - pos[a_ent][None, :2]
+        # drawer targets: prefer the grasp on the side away from the cabinet
+        fr = view.site_mat[bsite] @ T["s_front"][bsite] if S else jnp.zeros(3)
+        pref = jnp.where(T["s_drawer"][bsite] & b_is_site, 1.0, 0.0) if S else 0.0
+        cscore = (-jnp.abs(cyaw) - 0.6 * (cpt[:, 0] - pos[a_ent][0]) * 0.0 + 2.0 * jnp.minimum(dmin, 0.12)
+                  + pref * 3.0 * (off_dir @ fr[:2]) - 0.3 * (off_dir[:, 0] > 0.01))
+        cscore = jnp.where(T["cmask"][a_ent], cscore, -1e9)
+        new_cand = jnp.argmax(cscore)
+
+        start = ~ps["active"]
+        ps = dict(ps)
+        ps["job"] = jnp.where(start, new_job, ps["job"])
+        ps["a"] = jnp.where(start, ra, ps["a"])
+        ps["b"] = jnp.where(start, rb, ps["b"])
+        ps["pred"] = jnp.where(start, rp, ps["pred"])
+        ps["joint"] = jnp.where(start, new_joint, ps["joint"])
+        ps["dir"] = jnp.where(start, new_dir, ps["dir"])
+        ps["cand"] = jnp.where(start, new_cand, ps["cand"])
+        ps["noise"] = jnp.where(start, new_noise, ps["noise"])
+        ps["speed"] = jnp.where(ps["t"] == 0, new_speed, ps["speed"])
+        ps["phase"] = jnp.where(start, 0, ps["phase"])
+        ps["tp"] = jnp.where(start, 0, ps["tp"])
+        ps["active"] = jnp.asarray(True)
+
+        job, ph, tp = ps["job"], ps["phase"], ps["tp"]
+        a = jnp.clip(ps["a"], 0, E - 1)
+        b = ps["b"]
+        bs = jnp.clip(b - E, 0, S - 1)
+        b_site = b >= E
+        be = jnp.clip(b, 0, E - 1)
+        jj = jnp.clip(ps["joint"], 0, max(J - 1, 0))
+        nse = ps["noise"]
+        yaw_now = _yaw_of(R)
+
+        # ================================================================ PICK & PLACE
+        cd = T["cand"][a, jnp.clip(ps["cand"], 0, NCAND - 1)]
+        Ra = _rz(yaw_e[a])
+        gz = T["grip_z"][a]
+        gpt = pos[a] + Ra @ jnp.array([cd[0], cd[1], 0.0]) + jnp.array([0.0, 0.0, gz])
+        gyaw_raw = yaw_e[a] + cd[2] + jnp.pi / 2
+        gyaw = jnp.where(ph == 0, _wrap_half(gyaw_raw), ps["yaw0"] + _wrap_half(gyaw_raw - ps["yaw0"]))
+        off = ps["off"]  # object origin - EE at grasp (world)
+        dy = ps["dyaw"]
+        off_r = _rz(dy) @ off
+        # target of the object origin
+        sp, sm, ssz = view.site_pos[bs], view.site_mat[bs], view.site_size[bs]
+        s_top = sp[2] + jnp.abs(sm @ ssz)[2]
+        s_bot = sp[2] - jnp.abs(sm @ ssz)[2]
+        is_in = ps["pred"] == pred_in
+        tgt_xy = jnp.where(b_site, sp[:2], pos[be][:2])
+        # drawers: shift toward the exposed part
+        sf = sm @ T["s_front"][bs]
+        half_f = jnp.abs(ssz @ jnp.abs(sm.T @ sf))
+        jo = T["jowner"][T["s_joint"][bs]] if J else 0
+        cab_face = (pos[jo] @ sf) + T["jface"][T["s_joint"][bs]] if J else 0.0
+        u_c = sp @ sf
+        u_front = u_c + half_f
+        ext = 0.5 * jnp.max(T["size"][a][:2])
+        u_t = jnp.clip(0.5 * (u_front + cab_face) + 0.01, cab_face + ext + 0.01, u_front - ext)
+        dr = T["s_drawer"][bs] & b_site & is_in
+        tgt_xy = jnp.where(dr, tgt_xy + sf[:2] * (u_t - u_c), tgt_xy)
+        rest_z = jnp.where(b_site, jnp.where(is_in, s_bot + 0.01, s_top), pos[be][2] + T["stack_h"][be])
+        tgt = jnp.concatenate([tgt_xy + nse[:2], (rest_z + DROP)[None]])
+        side = b_site & T["s_side"][bs]
+        sfront = sm @ T["s_front"][bs]
+        # transit height: clear entities near the source and the target
+        near = present & (jnp.arange(E) != a) & (
+            (jnp.linalg.norm(pos[:, :2] - tgt_xy[None], axis=-1) < 0.3)
+            | (jnp.linalg.norm(pos[:, :2] - pos[a][None, :2], axis=-1) < 0.2))
+        owner_b = jnp.where(b_site, view.site_parent[bs], be)
+        near = near & ~(side & (jnp.arange(E) == owner_b))
+        tops = jnp.where(near, pos[:, 2] + T["size"][:, 2], surf)
+        clear = jnp.maximum(jnp.max(tops), rest_z) + 0.05
+        z_cap = base[2] + 0.62
+        ee_transit = jnp.minimum(jnp.maximum(clear - off[2], surf + 0.2), z_cap)
+        ee_tgt = tgt - off_r
+        ins_z = ee_tgt[2] + 0.01
+        p_front = ee_tgt + sfront * 0.22
+        P1 = jnp.where(side, jnp.array([p_front[0], p_front[1], jnp.maximum(ins_z, ee_tgt[2] + 0.03)]),
+                       jnp.array([ee_tgt[0], ee_tgt[1], ee_transit]))
+        P2 = jnp.where(side, jnp.array([p_front[0], p_front[1], ins_z]),
+                       jnp.array([ee_tgt[0], ee_tgt[1], ee_tgt[2] + 0.05]))
+        P3 = ee_tgt
+        P4 = jnp.where(side, jnp.array([p_front[0], p_front[1], ee_tgt[2] + 0.01]), ee_tgt + jnp.array([0, 0, 0.12]))
+        above_obj = present & T["is_obj"] & (jnp.arange(E) != a) & (
+            jnp.linalg.norm(pos[:, :2] - gpt[None, :2], axis=-1) < 0.12)
+        pre_z = jnp.maximum(gpt[2] + PRE_H, jnp.max(jnp.where(above_obj, pos[:, 2] + T["size"][:, 2], 0.0)) + 0.05)
+        pre = jnp.array([gpt[0], gpt[1], pre_z]) + nse * jnp.array([1.0, 1.0, 2.0])
+        g_lift = jnp.array([ps["anchor"][0], ps["anchor"][1], ee_transit])
+        # bowls: tilt the hand by the wall's slant so the pads lie flat on the wall
+        rad = (gpt - pos[a]).at[2].set(0.0)
+        rad = rad / jnp.maximum(jnp.linalg.norm(rad), 1e-6)
+        tilt = T["tilt"][a]
+        Rt1, Rt2 = _rx(tilt), _rx(-tilt)
+        Rg0 = _r_down(gyaw)
+        Rg = jnp.where(((Rg0 @ Rt1)[:, 2] @ rad) < 0, Rg0 @ Rt1, Rg0 @ Rt2)
+        Rp0 = _r_down(ps["yaw0"] + dy)
+        rad_p = _rz(dy) @ (-off).at[2].set(0.0)
+        rad_p = rad_p / jnp.maximum(jnp.linalg.norm(rad_p), 1e-6)
+        Rp = jnp.where(((Rp0 @ Rt1)[:, 2] @ rad_p) > 0, Rp0 @ Rt1, Rp0 @ Rt2)
+        pick = dict(
+            pos=[pre, gpt + nse * jnp.array([0.3, 0.3, 0.0]), gpt, g_lift, P1, P2, P3, P3, P4],
+            R=[Rg, Rg, Rg, Rg, Rp, Rp, Rp, Rp, Rp],
+            grip=[-1, -1, 1, 1, 1, 1, 1, -1, -1],
+            tol=[0.02, 0.006, 1, 0.03, 0.02, 0.012, 0.008, 1, 0.03],
+            vmax=[1, 0.45, 1, 0.7, 0.9, 0.6, 0.35, 1, 0.8],
+            mins=[0, 0, 12, 0, 0, 0, 0, 6, 0],
+            maxs=[150, 60, 12, 80, 150, 80, 60, 6, 60],
+            n=9)
+        carried = pos[a] - (ee + off)
+        lost = (ph >= 3) & (ph <= 6) & (jnp.linalg.norm(carried) > CARRY_LOST) & (job == J_PICK)
+
+        # ================================================================ PUSH
+        goal_xy = jnp.where(b_site, sp[:2], pos[be][:2])
+        dvec = goal_xy - pos[a][:2]
+        dist_goal = jnp.linalg.norm(dvec)
+        dd = dvec / jnp.maximum(dist_goal, 1e-6)
+        rr = 0.5 * jnp.max(T["size"][a][:2]) + 0.014
+        pz = surf + 0.022
+        Rpush = _r_down(_wrap_half(jnp.arctan2(dd[1], dd[0])))
+        behind = pos[a][:2] - dd * (rr + 0.02)
+        push_pt = pos[a][:2] - dd * rr + dd * jnp.minimum(dist_goal, 0.04)
+        push = dict(
+            pos=[jnp.array([behind[0], behind[1], pz + 0.08]), jnp.array([behind[0], behind[1], pz]),
+                 jnp.array([push_pt[0], push_pt[1], pz]), jnp.array([behind[0], behind[1], pz + 0.12])],
+            R=[Rpush] * 4, grip=[1, 1, 1, 1], tol=[0.02, 0.008, 1, 0.03], vmax=[1, 0.5, 0.3, 0.8],
+            mins=[0, 0, 0, 0], maxs=[150, 60, 250, 60], n=4)
+        push_cond2 = dist_goal < 0.01
+
+        # ================================================================ joints: shared geometry
+        o = T["jowner"][jj] if J else 0
+        Ro = quat_to_mat(sens[c.sens_entity_quat][o])
+        qj = q[jj] if J else 0.0
+        f = Ro @ T["jfront"][jj] if J else jnp.array([1.0, 0, 0])
+        # drawer bar (world) at the current q
+        bar = pos[o] + Ro @ (T["jbar"][jj] + T["jaxis"][jj] * qj)
+        f2 = f[:2] / jnp.maximum(jnp.linalg.norm(f[:2]), 1e-6)
+        up = jnp.where(ps["cand"] > 0, 1.0, -1.0)
+        Rh = _r_point(-f2, up)
+        df = jnp.array([f2[0], f2[1], 0.0])
+        lead = jnp.clip(qj - PULL_Q, 0.0, 0.05)
+        dopen = dict(
+            pos=[bar + df * 0.15 + jnp.array([0, 0, 0.05]), bar + df * 0.08, bar + df * 0.002, bar + df * 0.002,
+                 bar + df * (0.002 + lead), bar, bar + df * 0.10, bar + df * 0.10 + jnp.array([0, 0, 0.12])],
+            R=[Rh] * 8, grip=[-1, -1, -1, 1, 1, -1, -1, -1], tol=[0.02, 0.01, 0.005, 1, 1, 1, 0.02, 0.03],
+            vmax=[1, 0.6, 0.25, 1, 0.3, 1, 0.5, 0.8], mins=[0, 0, 0, 8, 0, 6, 0, 0],
+            maxs=[150, 80, 60, 8, 150, 6, 60, 60], n=8)
+        dopen_cond4 = qj < PULL_Q + 0.01
+        Rdc = _r_down(_wrap_half(jnp.arctan2(f2[1], f2[0])))
+        close_pt = bar + df * 0.027
+        push_in = bar - df * (0.03 - 0.017)
+        dclose = dict(
+            pos=[close_pt + jnp.array([0, 0, 0.10]), close_pt, push_in, bar + df * 0.08,
+                 bar + df * 0.08 + jnp.array([0, 0, 0.12])],
+            R=[Rdc] * 5, grip=[1, 1, 1, 1, 1], tol=[0.02, 0.008, 1, 0.02, 0.03], vmax=[1, 0.5, 0.3, 0.6, 0.8],
+            mins=[0, 0, 0, 0, 0], maxs=[150, 60, 120, 60, 60], n=5)
+        dclose_cond2 = qj > 0.004
+
+        # microwave door: hinge at the door body's origin; door frame = owner yaw, turned by -q about z
+        hinge = pos[o] + Ro @ T["jchild"][jj]
+        psi_o = _yaw_of(Ro)
+
+        def door_pt(qq, local):
+            return hinge + _rz(psi_o - qq) @ local
+
+        s_push = 0.17
+        n_out = lambda qq: _rz(psi_o - qq) @ jnp.array([0.0, -1.0, 0.0])  # noqa: E731
+        z_door = pos[o][2] + T["jtop"][jj]
+        qt_close = jnp.minimum(qj + 0.3, 0.05)
+        cpt_now = door_pt(qj, jnp.array([-s_push, 0.0, 0.0])) + n_out(qj) * 0.025
+        cpt_lead = door_pt(qt_close, jnp.array([-s_push, 0.0, 0.0])) + n_out(qt_close) * 0.02
+        zc = z_door - 0.04
+        Rmc = _r_down(jnp.asarray(0.0))
+        mclose = dict(
+            pos=[cpt_now.at[2].set(z_door + 0.06) + n_out(qj) * 0.03, cpt_now.at[2].set(zc),
+                 cpt_lead.at[2].set(zc), (cpt_now + n_out(qj) * 0.06).at[2].set(zc),
+                 (cpt_now + n_out(qj) * 0.06).at[2].set(z_door + 0.1)],
+            R=[Rmc] * 5, grip=[1, 1, 1, 1, 1], tol=[0.02, 0.01, 1, 0.02, 0.03], vmax=[1, 0.5, 0.35, 0.6, 0.8],
+            mins=[0, 0, 0, 0, 0], maxs=[150, 60, 200, 60, 60], n=5)
+        mclose_cond2 = qj > -0.002
+        # open: pinch the vertical bar from above, hand y along the door, wrist turns with the door
+        bar_top = T["jbar"][jj] + jnp.array([0.0, 0.0, 0.06])
+        bpt = lambda qq: door_pt(qq, bar_top) + jnp.array([0.0, 0.0, -0.016])  # noqa: E731
+        qt_open = jnp.maximum(qj - 0.3, DOOR_OPEN_Q - 0.1)
+        dyaw_door = lambda qq: psi_o - qq + ps["yaw0"]  # noqa: E731
+        mopen = dict(
+            pos=[bpt(qj) + jnp.array([0, 0, 0.08]), bpt(qj), bpt(qj), bpt(qt_open), bpt(qj),
+                 bpt(qj) + jnp.array([0, 0, 0.10])],
+            R=[_r_down(dyaw_door(qj))] * 3 + [_r_down(dyaw_door(qt_open))] + [_r_down(dyaw_door(qj))] * 2,
+            grip=[-1, -1, 1, 1, -1, -1], tol=[0.02, 0.005, 1, 1, 1, 0.03], vmax=[1, 0.3, 1, 0.3, 1, 0.8],
+            mins=[0, 0, 8, 0, 6, 0], maxs=[150, 60, 8, 250, 6, 60], n=6)
+        mopen_cond3 = qj < DOOR_OPEN_Q
+
+        # knob: pinch the pointer, turn the wrist
+        knob = pos[o] + Ro @ T["jbar"][jj]
+        kz = knob + jnp.array([0.0, 0.0, 0.023])
+        kyaw = lambda qq: psi_o + qq + ps["yaw0"]  # noqa: E731
+        qk_t = qj + ps["dir"] * 0.35
+        knob_j = dict(
+            pos=[kz + jnp.array([0, 0, 0.08]), kz, kz, kz, kz, kz + jnp.array([0, 0, 0.10])],
+            R=[_r_down(kyaw(qj))] * 3 + [_r_down(kyaw(qk_t))] + [_r_down(kyaw(qj))] * 2,
+            grip=[-1, -1, 1, 1, -1, -1], tol=[0.02, 0.005, 1, 1, 1, 0.03], vmax=[1, 0.3, 1, 0.5, 1, 0.8],
+            mins=[0, 0, 8, 0, 6, 0], maxs=[150, 60, 8, 80, 6, 60], n=6)
+        knob_cond3 = jnp.where(ps["dir"] > 0, qj > KNOB_ON_Q, qj < KNOB_OFF_Q)
+
+        idle = dict(pos=[ee], R=[R], grip=[-1], tol=[1], vmax=[1], mins=[0], maxs=[10 ** 6], n=1)
+
+        skills = [idle, pick, push, dopen, dclose, mopen, mclose, knob_j]
+        conds = [jnp.zeros(P_MAX, bool)] * 8
+        conds[J_PUSH] = jnp.zeros(P_MAX, bool).at[2].set(push_cond2)
+        conds[J_DOPEN] = jnp.zeros(P_MAX, bool).at[4].set(dopen_cond4)
+        conds[J_DCLOSE] = jnp.zeros(P_MAX, bool).at[2].set(dclose_cond2)
+        conds[J_MCLOSE] = jnp.zeros(P_MAX, bool).at[2].set(mclose_cond2)
+        conds[J_MOPEN] = jnp.zeros(P_MAX, bool).at[3].set(mopen_cond3)
+        conds[J_KNOB] = jnp.zeros(P_MAX, bool).at[3].set(knob_cond3)
+
+        def sel(field):
+            vals = jnp.stack([_pick(s_[field], ph) for s_ in skills])
+            return vals[job]
+
+        tpos = sel("pos")
+        tR = jnp.stack([jnp.stack([jnp.asarray(r, jnp.float32) for r in (s_["R"] + [s_["R"][-1]] * (P_MAX - len(s_["R"])))])[
+            jnp.clip(ph, 0, P_MAX - 1)] for s_ in skills])[job]
+        grip = sel("grip")
+        tol = sel("tol")
+        vmax = sel("vmax")
+        mins = sel("mins")
+        maxs = sel("maxs")
+        nph = jnp.asarray([s_["n"] for s_ in skills])[job]
+        cond = jnp.stack(conds)[job][jnp.clip(ph, 0, P_MAX - 1)]
+
+        # ---------------------------------------------------------------- action
+        dp = tpos - ee
+        dist = jnp.linalg.norm(dp)
+        v = jnp.minimum(0.35 * dist, 0.05 * vmax * ps["speed"])
+        a_pos = dp / jnp.maximum(dist, 1e-9) * v / control.POS_SCALE
+        err = control.mat_to_axisangle(tR @ R.T)
+        ang = jnp.linalg.norm(err)
+        a_rot = err / jnp.maximum(ang, 1e-9) * jnp.minimum(0.4 * ang, 0.15) / control.ROT_SCALE
+        act = jnp.concatenate([jnp.clip(a_pos, -1, 1), jnp.clip(a_rot, -1, 1), grip[None]])
+
+        # ---------------------------------------------------------------- phase update
+        reached = (dist < tol) & (ang < 0.08)
+        done = (tp >= mins) & ((reached & (tol < 0.9)) | cond | ((tol >= 0.9) & (mins > 0))) | (tp >= maxs)
+        nxt = jnp.where(done, ph + 1, ph)
+        # grasp bookkeeping (pick): leaving CLOSE -> remember offset, anchor, yaw; choose the place yaw
+        leaving_close = done & (ph == 2) & (job == J_PICK)
+        new_off = pos[a] - ee
+        # yaw delta that fits the object's footprint into an In region best
+        hx, hy = 0.5 * T["size"][a][0], 0.5 * T["size"][a][1]
+        s_yaw = _yaw_of(sm)
+        s_half = jnp.abs(ssz[:2])
+        cands_d = jnp.array([0.0, jnp.pi / 2, -jnp.pi / 2])
+
+        def slack(dd_):
+            rel = yaw_e[a] + dd_ - s_yaw
+            ex = jnp.abs(jnp.cos(rel)) * hx + jnp.abs(jnp.sin(rel)) * hy
+            ey = jnp.abs(jnp.sin(rel)) * hx + jnp.abs(jnp.cos(rel)) * hy
+            return jnp.minimum(s_half[0] - ex, s_half[1] - ey)
+
+        sl = jax.vmap(slack)(cands_d)
+        yaw_ok = jnp.abs(yaw_now + cands_d) < 2.3
+        sl = jnp.where(yaw_ok, sl, -1e3) + jnp.array([0.01, 0.0, 0.0])
+        best_d = jnp.where(is_in & b_site, cands_d[jnp.argmax(sl)], 0.0)
+        ps["off"] = jnp.where(leaving_close, new_off, ps["off"])
+        ps["anchor"] = jnp.where(leaving_close, ee, ps["anchor"])
+        ps["dyaw"] = jnp.where(leaving_close, best_d, ps["dyaw"])
+        ps["yaw0"] = jnp.where(leaving_close, yaw_now, ps["yaw0"])
+        # phase 0 of a pick: remember the grasp yaw (continuity); joints: yaw offsets
+        up_choice = jnp.where(_rot_angle(_r_point(-f2, 1.0) @ R.T) < _rot_angle(_r_point(-f2, -1.0) @ R.T), 1, 0)
+        kyaw0 = _wrap_half(psi_o + qj + ps["dir"] * 0.45) - (psi_o + qj + ps["dir"] * 0.45)
+        # door open: hand y along the door, choose the half turn so the wrist ends near yaw 0
+        dy0 = _wrap_half(psi_o - qj + (DOOR_OPEN_Q - qj) * -0.5) - (psi_o - qj + (DOOR_OPEN_Q - qj) * -0.5)
+        first = start
+        ps["yaw0"] = jnp.where(first & (job == J_PICK), _wrap_half(gyaw_raw), ps["yaw0"])
+        ps["yaw0"] = jnp.where(first & (job == J_KNOB), kyaw0, ps["yaw0"])
+        ps["yaw0"] = jnp.where(first & (job == J_MOPEN), dy0, ps["yaw0"])
+        ps["cand"] = jnp.where(first & (job == J_DOPEN), up_choice, ps["cand"])
+        nxt = jnp.where(lost, 0, nxt)
+        ps["phase"] = nxt
+        ps["tp"] = jnp.where(nxt != ph, 0, tp + 1)
+        ps["active"] = (nxt < nph) & (job != J_NONE)
+        ps["t"] = ps["t"] + 1
+        return act, ps
+
+    def policy(obs, pstate, keys):
+        return jax.vmap(one)(obs, pstate, keys)
+
+    def pstate0_fn(n: int):
+        z = lambda *s, dt=jnp.float32: jnp.zeros((n,) + s, dt)  # noqa: E731
+        return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
+                    pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), dir=z(), cand=z(dt=jnp.int32), noise=z(3),
+                    speed=z() + 0.7, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3), anchor=z(3), dyaw=z(),
+                    yaw0=z(), t=z(dt=jnp.int32))
+
+    return policy, pstate0_fn
+
+
+# ------------------------------------------------------------------------------------------------- evaluation
+_ORACLES: dict = {}
+
+
+def _oracle_for(scene: Scene, noise: bool):
+    key = (id(scene), noise)
+    if key not in _ORACLES:
+        _ORACLES[key] = make_oracle(scene, noise)
+    return _ORACLES[key]
+
+
+def run_oracle(scene: Scene, tasks, n_per_task: int, seed: int = 0, horizon: int = 600, goal_atoms=None,
+               noise: bool = True, trace: bool = False):
+    """Run the oracle on `n_per_task` init states of each task (TaskSpecs of `scene`) in one native batch.
+    `goal_atoms`: None (each task's own goal) or one atom list used for every task. -> (Records, task_ids[, trace])"""
+    from clbench_jax.sim.init_states import make_init_bank
+
+    tasks = list(tasks)
+    banks = [make_init_bank(scene, t, n_per_task, seed=seed) for t in tasks]
+    ids = np.concatenate([np.full(n_per_task, scene.task_index(t.name)) for t in tasks])
+    state = np.concatenate([b.state for b in banks])
+    mocap = np.concatenate([b.mocap for b in banks])
+    if goal_atoms is None:
+        goals = jax.tree.map(lambda x: np.asarray(x)[ids][:, None], rollout.task_stack(scene).goal)
+    else:
+        g = env.task_arrays(scene, tasks[0], goal_atoms).goal
+        goals = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x)[None, None], (len(ids), 1) + np.shape(x)), g)
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(seed + 12345), len(ids)))
+    batch = rollout.EpisodeBatch(task_ids=ids, goals=goals, state=state, mocap=mocap, keys=keys)
+    policy, p0 = _oracle_for(scene, noise)
+    out = rollout.rollout(scene, policy, p0(len(ids)), batch, horizon, backend="native", trace=trace)
+    return (out + (ids,)) if trace else (out, ids)
+
+
+def oracle_success(scene: Scene, tasks, n_per_task: int, seed: int = 0, horizon: int = 600, goal_atoms=None,
+                   noise: bool = True) -> dict:
+    """Per-task oracle success rates: {task name: {"success": rate, "mean_length": steps, "n": n}}."""
+    t0 = time.perf_counter()
+    rec, ids = run_oracle(scene, tasks, n_per_task, seed, horizon, goal_atoms, noise)
+    out = {}
+    for t in tasks:
+        m = ids == scene.task_index(t.name)
+        succ = rec.success[m, 0]
+        out[t.name] = {"success": float(succ.mean()), "n": int(m.sum()),
+                       "mean_length": float(rec.length[m][succ].mean()) if succ.any() else float("nan"),
+                       "physics_failures": int((rec.fail_reason[m] != 0).sum()),
+                       "seconds": time.perf_counter() - t0}
+    return out
