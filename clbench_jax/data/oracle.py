@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from clbench_jax.sim import assets, control, env, rollout
-from clbench_jax.sim.predicates import PRED, GoalTable, eval_rows, quat_to_mat
+from clbench_jax.sim.predicates import PRED, _joint_test, eval_rows, quat_to_mat
 from clbench_jax.sim.scene import Scene
 
 # Jobs.
@@ -178,6 +178,9 @@ def _tables(scene: Scene) -> dict:
         if cat == "wooden_two_layer_shelf" and suffix in ("top_region", "bottom_region"):
             s_side[i] = True
     del nb
+    pad = lambda x: np.concatenate([x, np.zeros((1,) + x.shape[1:], x.dtype)])  # noqa: E731
+    jkind, jowner, jbar, jaxis, jfront, jchild, jface, jtop = map(pad, (jkind, jowner, jbar, jaxis, jfront, jchild,
+                                                                     jface, jtop))
     return dict(cand=cand, cmask=cmask, grip_z=grip_z, pushable=pushable, size=size, stack_h=stack_h,
                 is_obj=is_obj, tilt=tilt, jkind=jkind, jowner=jowner, jbar=jbar, jaxis=jaxis, jfront=jfront, jchild=jchild,
                 jface=jface, jtop=jtop, s_side=s_side, s_front=s_front, s_joint=s_joint, s_drawer=s_drawer)
@@ -251,16 +254,18 @@ def make_oracle(scene: Scene, noise: bool = True):
         pos = view.body_pos
         Rq = quat_to_mat(sens[c.sens_entity_quat])  # (E, 3, 3)
         yaw_e = jnp.arctan2(Rq[:, 1, 0], Rq[:, 0, 0])
-        q = view.joint_q
+        q = jnp.concatenate([view.joint_q, jnp.zeros(1)])  # one dummy joint so joint-free scenes index safely
         contact = view.contact
         present = task.present
 
         # ---------------------------------------------------------------- choose a job when idle
         J = q.shape[0]
 
+        jt_op = jnp.concatenate([c.joint_tests.op, jnp.zeros((4, 1), jnp.int32)], 1)
+        jt_thr = jnp.concatenate([c.joint_tests.thr, jnp.zeros((4, 1), jnp.float32)], 1)
+
         def jpass(k, j):  # joint test k (0 open, 1 close, 2 on, 3 off) for joint j
-            from clbench_jax.sim.predicates import _joint_test
-            return _joint_test(c.joint_tests.op[k][j], c.joint_tests.thr[k][j], q[j]) if J else False
+            return _joint_test(jt_op[k][j], jt_thr[k][j], q[j])
 
         G = goal.pred.shape[0]
         prio = jnp.where((goal.pred == pred_open) | (goal.pred == pred_ton), 0,
@@ -270,21 +275,18 @@ def make_oracle(scene: Scene, noise: bool = True):
         row = jnp.argmin(score)
         any_todo = todo.any()
         rp, ra, rb = goal.pred[row], goal.a[row], goal.b[row]
-        jm = goal.jmask[row] if J else jnp.zeros((0,), bool)
+        jm = jnp.concatenate([goal.jmask[row], jnp.zeros(1, bool)])
         # joint for open/close/turn rows: the first masked joint not yet passing
-        if J:
-            kk = jnp.select([rp == pred_open, rp == pred_close, rp == pred_ton], [0, 1, 2], 3)
-            passing = jax.vmap(lambda j: jpass(kk, j))(jnp.arange(J))
-            rj = jnp.argmax(jm & ~passing)
-        else:
-            rj = jnp.asarray(0)
+        kk = jnp.select([rp == pred_open, rp == pred_close, rp == pred_ton], [0, 1, 2], 3)
+        passing = jax.vmap(lambda j: jpass(kk, j))(jnp.arange(J))
+        rj = jnp.argmax(jm & ~passing)
         S = view.site_pos.shape[0]
         bsite = jnp.clip(rb - E, 0, S - 1)
         b_is_site = rb >= E
         need_j = jnp.where(b_is_site & (rp == pred_in), T["s_joint"][bsite], -1) if S else -1
-        need_open = (need_j >= 0) & ~(jpass(0, jnp.clip(need_j, 0, max(J - 1, 0))) if J else False)
-        jk_r = T["jkind"][rj] if J else JK_NONE
-        jk_n = T["jkind"][jnp.clip(need_j, 0, max(J - 1, 0))] if J else JK_NONE
+        need_open = (need_j >= 0) & ~jpass(0, jnp.clip(need_j, 0, J - 1))
+        jk_r = T["jkind"][rj]
+        jk_n = T["jkind"][jnp.clip(need_j, 0, J - 1)]
         a_ent = jnp.clip(ra, 0, E - 1)
         place = (rp == pred_on) | (rp == pred_in)
         new_job = jnp.select(
@@ -338,7 +340,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         bs = jnp.clip(b - E, 0, S - 1)
         b_site = b >= E
         be = jnp.clip(b, 0, E - 1)
-        jj = jnp.clip(ps["joint"], 0, max(J - 1, 0))
+        jj = jnp.clip(ps["joint"], 0, J - 1)
         nse = ps["noise"]
         yaw_now = _yaw_of(R)
 
@@ -361,8 +363,8 @@ def make_oracle(scene: Scene, noise: bool = True):
         # drawers: shift toward the exposed part
         sf = sm @ T["s_front"][bs]
         half_f = jnp.abs(ssz @ jnp.abs(sm.T @ sf))
-        jo = T["jowner"][T["s_joint"][bs]] if J else 0
-        cab_face = (pos[jo] @ sf) + T["jface"][T["s_joint"][bs]] if J else 0.0
+        jo = T["jowner"][T["s_joint"][bs]]
+        cab_face = (pos[jo] @ sf) + T["jface"][T["s_joint"][bs]]
         u_c = sp @ sf
         u_front = u_c + half_f
         ext = 0.5 * jnp.max(T["size"][a][:2])
@@ -383,7 +385,9 @@ def make_oracle(scene: Scene, noise: bool = True):
         clear = jnp.maximum(jnp.max(tops), rest_z) + 0.05
         z_cap = base[2] + 0.62
         ee_transit = jnp.minimum(jnp.maximum(clear - off[2], surf + 0.2), z_cap)
-        ee_tgt = tgt - off_r
+        live = (pos[a] - ee)
+        off_use = jnp.where(ph >= 4, live, off_r)
+        ee_tgt = tgt - off_use
         ins_z = ee_tgt[2] + 0.01
         p_front = ee_tgt + sfront * 0.22
         P1 = jnp.where(side, jnp.array([p_front[0], p_front[1], jnp.maximum(ins_z, ee_tgt[2] + 0.03)]),
@@ -413,12 +417,13 @@ def make_oracle(scene: Scene, noise: bool = True):
             R=[Rg, Rg, Rg, Rg, Rp, Rp, Rp, Rp, Rp],
             grip=[-1, -1, 1, 1, 1, 1, 1, -1, -1],
             tol=[0.02, 0.006, 1, 0.03, 0.02, 0.012, 0.008, 1, 0.03],
-            vmax=[1, 0.45, 1, 0.7, 0.9, 0.6, 0.35, 1, 0.8],
+            vmax=[1, 0.45, 1, 0.35, 0.45, 0.4, 0.3, 1, 0.8],
             mins=[0, 0, 12, 0, 0, 0, 0, 6, 0],
             maxs=[150, 60, 12, 80, 150, 80, 60, 6, 60],
             n=9)
         carried = pos[a] - (ee + off)
-        lost = (ph >= 3) & (ph <= 6) & (jnp.linalg.norm(carried) > CARRY_LOST) & (job == J_PICK)
+        held = env.finger_contacts(c, found)[a]
+        lost = (ph >= 3) & (ph <= 5) & (jnp.linalg.norm(carried) > CARRY_LOST) & ~held & (job == J_PICK)
 
         # ================================================================ PUSH
         goal_xy = jnp.where(b_site, sp[:2], pos[be][:2])
@@ -438,10 +443,10 @@ def make_oracle(scene: Scene, noise: bool = True):
         push_cond2 = dist_goal < 0.01
 
         # ================================================================ joints: shared geometry
-        o = T["jowner"][jj] if J else 0
+        o = T["jowner"][jj]
         Ro = quat_to_mat(sens[c.sens_entity_quat][o])
-        qj = q[jj] if J else 0.0
-        f = Ro @ T["jfront"][jj] if J else jnp.array([1.0, 0, 0])
+        qj = q[jj]
+        f = Ro @ T["jfront"][jj]
         # drawer bar (world) at the current q
         bar = pos[o] + Ro @ (T["jbar"][jj] + T["jaxis"][jj] * qj)
         f2 = f[:2] / jnp.maximum(jnp.linalg.norm(f[:2]), 1e-6)
