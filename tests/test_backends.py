@@ -32,7 +32,8 @@ def waypoint_policy(targets):
 
     def policy(obs, i, keys):
         k = jnp.minimum(i, tg.shape[1] - 1)
-        dp = jnp.clip((tg[:, k, :3] - obs["ee_pos"]) / 0.05, -0.6, 0.6)
+        # half the error per step: the controller integrates the commanded pose and the servos lag a step
+        dp = jnp.clip(0.5 * (tg[:, k, :3] - obs["ee_pos"]) / 0.05, -0.6, 0.6)
         return jnp.concatenate([dp, jnp.zeros_like(dp), tg[:, k, 3:]], axis=1), i + 1
 
     return policy, jnp.asarray(0, jnp.int32)
@@ -56,8 +57,8 @@ def runs():
     targets = np.zeros((2, T, 4))
     p = obj(0, "cream_cheese_1")  # pick and lift
     for s in range(T):
-        targets[0, s] = (*(p + [0, 0, 0.12]), -1) if s < 20 else (*(p + [0, 0, 0.016]), -1) if s < 45 else \
-            (*(p + [0, 0, 0.016]), 1) if s < 55 else (*(p + [0, 0, 0.25]), 1)
+        targets[0, s] = (*(p + [0, 0, 0.12]), -1) if s < 20 else (*(p + [0, 0, 0.024]), -1) if s < 45 else \
+            (*(p + [0, 0, 0.024]), 1) if s < 55 else (*(p + [0, 0, 0.25]), 1)
     p = obj(1, "akita_black_bowl_1")  # approach the bowl's rim from above, nudge it sideways
     for s in range(T):
         targets[1, s] = (*(p + [0, -0.09, 0.12]), -1) if s < 25 else (*(p + [0, -0.09, 0.04]), 1) if s < 50 else \
