@@ -115,7 +115,7 @@ def stack(trees):
 
 
 def pair_matrix(found: jnp.ndarray, pairs: jnp.ndarray, n: int) -> jnp.ndarray:
-    """(P,) found flags over (i, j) pairs -> symmetric (n, n) bool matrix (pairs with an index >= n dropped)."""
+    """(P,) found flags over (i, j) pairs -> symmetric (n + 2, n + 2) bool matrix (rows n, n + 1: the fingers)."""
     m = jnp.zeros((n + 2, n + 2), bool).at[pairs[:, 0], pairs[:, 1]].set(found > 0)
     m = m | m.T
     return m

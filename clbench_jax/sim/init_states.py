@@ -234,6 +234,7 @@ def make_init_bank(scene: Scene, task: TaskSpec, n: int, seed: int = 0, valid_on
 
 
 def init_predicates_hold(scene: Scene, task: TaskSpec, state: np.ndarray, mocap: np.ndarray) -> np.ndarray:
+    """(n,) bool: every :init predicate of `task` holds in each state."""
     from clbench_jax.sim import env as env_mod
 
     worlds = NativeWorlds(scene.model, state.shape[0], 1, nthread=1)
@@ -241,9 +242,15 @@ def init_predicates_hold(scene: Scene, task: TaskSpec, state: np.ndarray, mocap:
     worlds.close()
     c = env_mod.scene_consts(scene)
     ta = env_mod.task_arrays(scene, task)
-    found = sens[:, scene.sensors.pair_found]
-    f = jax.jit(jax.vmap(lambda s, fd: env_mod.goals_hold(c, s, fd, ta, jax.tree.map(lambda x: x[None], ta.init))[0]))
-    return np.asarray(f(sens, found))
+    return np.asarray(_init_holds(c, sens, sens[:, scene.sensors.pair_found], ta))
+
+
+@jax.jit
+def _init_holds(c, sens, found, ta):
+    from clbench_jax.sim import env as env_mod
+
+    init = jax.tree.map(lambda x: x[None], ta.init)
+    return jax.vmap(lambda s, f: env_mod.goals_hold(c, s, f, ta, init)[0])(sens, found)
 
 
 def cache_dir() -> Path:
