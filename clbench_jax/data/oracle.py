@@ -48,6 +48,8 @@ DOOR_OPEN_Q = -1.55
 KNOB_ON_Q, KNOB_OFF_Q = 0.8, -0.04
 PRE_H = 0.10  # pre-grasp height above the grasp point
 DROP = 0.012  # objects are released this far above their resting height
+HAND_CLEAR = 0.035  # solids are grasped at least this far below their top (hand box underside: grip site + 0.045)
+PAD_HALF = 0.021  # finger pads reach this far above and below the grip site
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
 
 # Joint kinds.
@@ -81,20 +83,30 @@ def _grasp_spec(cat: str):
         return [(0.18, 0.0, math.pi / 2)], 0.043, False
     if sc == 7:  # book, upright: across its thickness (x)
         return [(0.0, 0.0, 0.0)], h - 0.03, False
-    if sc in (5, 11) or cat in ("wine_bottle", "salad_dressing", "new_salad_dressing"):  # round / square solids
-        zg = {5: 0.6 * h, 11: 0.09}.get(sc, 0.09)
-        return [(0.0, 0.0, k * math.pi / 4) for k in range(4)], zg, False
+    # Solids: the hand box's underside is 0.045 m above the grip site (the pads reach 0.021 below and above
+    # it), so a tall object is grasped high enough that the hand clears its top (a bottle by its neck, a carton
+    # just under its gable); otherwise the descending hand lands on the top and topples it.
+    top = h - HAND_CLEAR
+    if cat in ("wine_bottle", "salad_dressing", "new_salad_dressing"):
+        # by the neck, the pads' lower edge just above the body's domed shoulder (squeezing the dome wedges the
+        # bottle down out of the pinch)
+        shoulder = max(g.pos[2] + g.size[0] + g.size[1] for g in s.geoms if g.kind == "capsule" and g.size[0] > 0.02)
+        return [(0.0, 0.0, k * math.pi / 4) for k in range(4)], shoulder + PAD_HALF + 0.002, False
+    if sc == 11:  # cartons: across the gable's flat ends (closing along x; the gable's slopes face +-y)
+        return [(0.0, 0.0, 0.0), (0.0, 0.0, math.pi / 2)], top, False
+    if sc == 5:  # cans
+        return [(0.0, 0.0, k * math.pi / 4) for k in range(4)], max(0.6 * h, top), False
     if sc == 10:  # ramekin: across flats
-        return [(0.0, 0.0, k * math.pi / 4) for k in range(4)], 0.025, False
+        return [(0.0, 0.0, k * math.pi / 4) for k in range(4)], max(0.025, top), False
     if sc == 4:  # mugs: across y (handle on +x)
-        return [(0.0, 0.0, math.pi / 2)], 0.06, False
+        return [(0.0, 0.0, math.pi / 2)], max(0.06, top), False
     if sc == 9:  # moka pot
-        return [(0.0, 0.0, math.pi / 2)], 0.10, False
+        return [(0.0, 0.0, math.pi / 2)], max(0.10, top), False
     if sc == 3:  # squeeze bottles
-        return [(0.0, 0.0, math.pi / 2)], 0.09, False
+        return [(0.0, 0.0, math.pi / 2)], max(0.09, top), False
     # boxes: across the shorter horizontal side
     psi = math.pi / 2 if sy <= sx else 0.0
-    return [(0.0, 0.0, psi)], max(h / 2, 0.025), False
+    return [(0.0, 0.0, psi)], max(h / 2, 0.025, top), False
 
 
 def _geom_local(s: assets.StandIn, body: str, size) -> np.ndarray:
