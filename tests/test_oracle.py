@@ -45,7 +45,13 @@ def test_on_site_bowl_on_stove(goal_scene):
     assert _rate(goal_scene, "put_the_bowl_on_the_stove") >= 0.9
 
 
-@pytest.mark.xfail(reason="drawer pull not yet reliable (docs/ORACLE.md)", strict=False)
+def test_tall_object_wine_bottle(goal_scene):
+    # a 0.21 m bottle: grasped by the neck so the hand clears its top (was 0% when grasped at mid-height)
+    assert _rate(goal_scene, "put_the_wine_bottle_on_the_rack") >= 0.99
+
+
+@pytest.mark.xfail(reason="middle drawer in libero_goal: the horizontal hand's 0.19 m-tall box lands on the wine "
+                          "rack in front of the cabinet (bottom drawers: on the table); docs/ORACLE.md", strict=False)
 def test_open_drawer(goal_scene):
     assert _rate(goal_scene, "open_the_middle_drawer_of_the_cabinet") >= 0.9
 
