@@ -25,7 +25,7 @@ run: install
 	$(VENV)/bin/clbench quickstart
 
 test: install
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=12
 
 test-quick: install
 	$(PY) -m pytest -q -m "not slow"
