@@ -148,8 +148,8 @@ def gripper_ctrl(g):
     """Gripper command in [-1, 1] (-1 open, +1 close) -> tendon target = total finger opening (m).
 
     Linear and stateless: -1 -> 0.08 (open), 0 -> 0, +1 -> -0.08. The closed target lies beyond the fingers'
-    stroke, so "close" squeezes with the actuator's full force (robot.GRIPPER_FORCE_LIMIT, 30 N) whatever the
-    object's width -- a thin bowl wall is held as firmly as a can (a target of 0 left ~7 N on a 7 mm wall).
+    stroke, so "close" squeezes with the actuator's full force (70 N) whatever the object's width -- a thin bowl
+    wall is held as firmly as a can (a target of 0 left ~7 N on a 7 mm wall).
     """
     return -GRIPPER_OPEN * jnp.clip(g, -1.0, 1.0)
 

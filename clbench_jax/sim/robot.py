@@ -28,9 +28,9 @@ Gripper: two slide joints (`robot0_finger_joint1` on the left finger along +y of
 `robot0_finger_joint2` on the right finger along -y), each 0..0.04 m (0 = closed, 0.08 m total opening). One
 position actuator `robot0_act_gripper` drives the fixed tendon ``q1 + q2`` (the total opening, 0..0.08 m) and
 a joint equality ``q1 == q2`` keeps the fingers symmetric (like the real Panda's mechanical coupling), so a grasp
-centres on the object. Its control is the commanded total opening in metres (0.08 open; "close" commands -0.08,
-beyond the stroke); the force is limited to +-GRIPPER_FORCE_LIMIT (30 N), so a closed gripper squeezes with 30 N
-whatever the object's width; a velocity gain of 280 (as finger joint damping) limits closing to ~0.25 m/s total, about 6 control steps open-to-closed
+centres on the object. Its control is the commanded total opening in metres (0 closed, 0.08 open); the force is
+limited to +-70 N (the real gripper's continuous force); kp 1000 squeezes a 5 cm object with ~40 N per pad, and
+kv 280 (with finger armature 0.1) limits closing to ~0.25 m/s total, about 6 control steps open-to-closed
 (robosuite's Panda gripper: ~8); faster fingers tunnelled through a 5 cm cube in one 5 ms step.
 
 Finger pads: friction 1.5 (rubber-ish), condim 4 (adds torsional friction about the contact normal, so an object
@@ -60,10 +60,7 @@ JOINT_UPPER = np.array([2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973]
 #: Panda joint torque limits (N m).
 TORQUE_LIMIT = np.array([87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0])
 FINGER_RANGE = (0.0, 0.04)
-# Squeeze force of a closed gripper (the "close" command saturates it whatever the object's width). 30 N holds
-# every stand-in (pads' friction 1.5: 90 N of friction for <= 0.8 kg); at 70 N the soft pad contacts let a 5 cm
-# box squirt out during fast transport (native and MJX differently).
-GRIPPER_FORCE_LIMIT = 30.0
+GRIPPER_FORCE_LIMIT = 70.0
 
 #: Modified-DH rows (a_{i-1}, d_i, alpha_{i-1}) for joints 1..7 and the flange (hand mount).
 DH = np.array([
