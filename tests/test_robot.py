@@ -144,7 +144,7 @@ def test_proprio_and_vmap():
     assert ctrl.shape == (4, 8) and bool(jnp.all(jnp.isfinite(ctrl)))
     lo, hi = R.JOINT_LOWER, R.JOINT_UPPER
     assert bool(jnp.all((ctrl[:, :7] >= lo) & (ctrl[:, :7] <= hi)))
-    np.testing.assert_allclose(C.gripper_ctrl(jnp.array([-1.0, 1.0, 5.0])), [0.08, -0.08, -0.08])
+    np.testing.assert_allclose(C.gripper_ctrl(jnp.array([-1.0, 1.0, 5.0])), [0.08, 0.0, 0.0])
 
 
 def test_ik_targets_reach_goal():
