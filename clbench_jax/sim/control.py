@@ -147,11 +147,10 @@ def scale_action(action):
 def gripper_ctrl(g):
     """Gripper command in [-1, 1] (-1 open, +1 close) -> tendon target = total finger opening (m).
 
-    Linear and stateless: -1 -> 0.08 (open), 0 -> 0, +1 -> -0.08. The closed target lies beyond the fingers'
-    stroke, so "close" squeezes with the actuator's full force (70 N) whatever the object's width -- a thin bowl
-    wall is held as firmly as a can (a target of 0 left ~7 N on a 7 mm wall).
+    Linear, so the function stays stateless: -1 -> 0.08 (open), +1 -> 0 (closed), 0 -> half open. LIBERO's
+    demonstrations use +-1, where this equals robosuite's end points (robosuite ramps toward them by sign).
     """
-    return -GRIPPER_OPEN * jnp.clip(g, -1.0, 1.0)
+    return GRIPPER_OPEN * 0.5 * (1.0 - jnp.clip(g, -1.0, 1.0))
 
 
 def ik_targets(q_arm, p_goal, r_goal, base_pos, base_quat=(1.0, 0.0, 0.0, 0.0)):

@@ -312,7 +312,7 @@ def add_robot(spec: mujoco.MjSpec, base_pos, base_quat=(1.0, 0.0, 0.0, 0.0)) -> 
     eq.solref = [0.005, 1.0]
     act = spec.add_actuator(name=GRIPPER_ACTUATOR, target=ten.name, trntype=mujoco.mjtTrn.mjTRN_TENDON)
     act.set_to_position(kp=GRIPPER_KP, kv=0.0)
-    act.ctrlrange = [-2 * FINGER_RANGE[1], 2 * FINGER_RANGE[1]]  # below 0: squeeze at the force limit
+    act.ctrlrange = [0.0, 2 * FINGER_RANGE[1]]
     act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
     act.forcerange = [-GRIPPER_FORCE_LIMIT, GRIPPER_FORCE_LIMIT]
     act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
