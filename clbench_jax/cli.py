@@ -68,7 +68,7 @@ def _run_random(tasks, scene, n_per_task, horizon, backend, seed, progress=True)
     import jax
     import numpy as np
 
-    from clbench_jax.sim import env, rollout
+    from clbench_jax.sim import rollout
     from clbench_jax.sim.init_states import make_init_bank
 
     banks = [make_init_bank(scene, t, n_per_task, seed=seed) for t in tasks]

@@ -9,7 +9,7 @@ from clbench_jax.cli import main as cli_main
 from clbench_jax.sim import env, rollout
 from clbench_jax.sim.init_states import make_init_bank
 from clbench_jax.sim.scene import build_scene, export_xml
-from clbench_jax.tasks.suites import all_tasks, get_task, scene_tasks, scenes, suite_tasks
+from clbench_jax.tasks.suites import get_task, scene_tasks, scenes, suite_tasks
 
 SCENES: dict = {}
 

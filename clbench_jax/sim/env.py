@@ -90,7 +90,6 @@ def scene_consts(scene: Scene) -> SceneConsts:
 
 def task_arrays(scene: Scene, task: TaskSpec, goal_atoms=None) -> TaskArrays:
     """A task (optionally with another goal over the scene's entities) -> TaskArrays (numpy leaves)."""
-    E = len(scene.entities)
     present = np.array([e in task.objects or e in task.fixtures for e in scene.entities])
     R = len(scene.table_regions)
     rpos, rsize = np.zeros((R, 3), np.float32), np.zeros((R, 3), np.float32)

@@ -17,7 +17,6 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from clbench_jax.sim.native import FULL
 from clbench_jax.sim.scene import Scene
 
 

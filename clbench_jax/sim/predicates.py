@@ -102,7 +102,7 @@ class PredicateLayout:
 def compile_goal(layout: PredicateLayout, atoms: Sequence, rows: int, *, task: str | None = None,
                  file: str | None = None) -> GoalTable:
     """Atoms (objects with .pred, .args, optional .line; or (pred, *args) tuples) -> a GoalTable of `rows` rows."""
-    E, J = len(layout.entities), len(layout.joints)
+    J = len(layout.joints)
     ent, site = layout._entity_index, layout._site_index
     pred = np.zeros(rows, np.int32)
     a = np.zeros(rows, np.int32)

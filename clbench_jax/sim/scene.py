@@ -14,14 +14,14 @@ single-task model carries them as real sites too.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 
 from clbench_jax.errors import MissingEntityError, UnknownCategoryError
 from clbench_jax.sim import assets, robot
-from clbench_jax.sim.predicates import OPS, PredicateLayout, compile_goal
+from clbench_jax.sim.predicates import PredicateLayout
 from clbench_jax.tasks.spec import TaskSpec
 
 # Table regions: LIBERO's TargetZone: half-height 0.007, centre 0.02 above the table body centre, i.e. (for a
@@ -65,7 +65,6 @@ class Scene:
     layout: PredicateLayout
     pairs: np.ndarray  # (P, 2) contact groups: entity indices, plus E (left finger) and E+1 (right finger)
     park: np.ndarray  # (N_obj, 3) parking positions
-    spec_xml: str = field(repr=False, default="")
 
     @property
     def entities(self) -> tuple[str, ...]:
