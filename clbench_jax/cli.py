@@ -64,7 +64,7 @@ def cmd_sim_render(a):
     print(f"wrote {a.out}: {task.name} -- agentview | eye-in-hand, {a.size}x{a.size}")
 
 
-def _run_random(tasks, scene, n_per_task, horizon, backend, seed, progress=True):
+def _run_random(tasks, scene, n_per_task, horizon, backend, seed, progress=True, policy_name="random"):
     import jax
     import numpy as np
 
@@ -79,9 +79,15 @@ def _run_random(tasks, scene, n_per_task, horizon, backend, seed, progress=True)
                                  state=np.concatenate([b.state for b in banks]),
                                  mocap=np.concatenate([b.mocap for b in banks]),
                                  keys=np.asarray(jax.random.split(jax.random.PRNGKey(seed), len(ids))))
-    policy, p0 = rollout.random_policy()
+    if policy_name == "oracle":
+        from clbench_jax.data.oracle import make_oracle
+
+        policy, p0_fn = make_oracle(scene)
+        p0 = p0_fn(len(ids))
+    else:
+        policy, p0 = rollout.random_policy()
     t0 = time.perf_counter()
-    rec = rollout.rollout(scene, policy, p0, batch, horizon, backend=backend, stop_at_success=False,
+    rec = rollout.rollout(scene, policy, p0, batch, horizon, backend=backend, stop_at_success=policy_name == "oracle",
                           progress=progress)
     dt = time.perf_counter() - t0
     return rec, ids, dt, banks
@@ -113,11 +119,12 @@ def cmd_quickstart(a):
     m = scene.model
     print(f"\nscene {scene.key}: {len(scene.objects)} objects, {len(scene.fixtures)} fixtures, {m.ngeom} geoms, "
           f"{m.nbody} bodies, built in {time.perf_counter() - t0:.1f} s")
-    rec, ids, dt, banks = _run_random(tasks, scene, a.n, a.horizon, "native", a.seed)
+    rec, ids, dt, banks = _run_random(tasks, scene, a.n, a.horizon, "native", a.seed, policy_name=a.policy)
     print(f"\ninitial states: :init predicates hold in {sum(b.init_ok.sum() for b in banks)}/"
           f"{sum(len(b.init_ok) for b in banks)} settled samples")
-    print(f"random policy, {len(ids)} episodes x {a.horizon} steps (native backend): "
-          f"{len(ids) * a.horizon / dt:,.0f} control steps/s")
+    steps = int(rec.length.sum()) if a.policy == "oracle" else len(ids) * a.horizon
+    print(f"{a.policy} policy, {len(ids)} episodes, up to {a.horizon} steps (native backend): {steps:,} control "
+          f"steps in {dt:.1f} s = {steps / dt:,.0f} control steps/s (compilation included)")
     print(f"{'task':60s} {'success':>8s} {'held@reset':>10s} {'moved':>6s}")
     for t in tasks:
         sel = ids == scene.task_index(t.name)
@@ -136,7 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--suite", default="libero_goal", help="libero_spatial | libero_object | libero_goal | "
                                                           "libero_10 | libero_90 (default libero_goal)")
     q.add_argument("--n", type=int, default=4, help="episodes per task (default 4)")
-    q.add_argument("--horizon", type=int, default=100, help="control steps per episode at 20 Hz (default 100)")
+    q.add_argument("--horizon", type=int, default=300, help="control steps per episode at 20 Hz (default 300)")
+    q.add_argument("--policy", default="oracle", choices=["oracle", "random"],
+                   help="the scripted privileged-state oracle (default; a work in progress, see docs/ORACLE.md) "
+                        "or uniform random actions")
     q.add_argument("--seed", type=int, default=0)
     q.set_defaults(fn=cmd_quickstart)
 
