@@ -1,0 +1,173 @@
+"""Building blocks for the BC policies (own implementation from LIBERO_FACTS).
+
+* ``ResNetT``: resnet18 conv1..layer2 from scratch, FiLM after every BasicBlock
+  (h = (1 + g) h + b from the language embedding), spatial-softmax keypoints,
+  linear projection. At 128 px the layer2 map is 16x16x128.
+  Normalisation is GroupNorm (stateless, so params are the only state and the
+  policy vmaps over stacked params); LIBERO's torchvision resnet uses BatchNorm.
+* ``sinusoidal_time_encoding``: standard sin/cos encoding of step indices.
+* ``block_causal_mask`` + ``DecoderBlock``: pre-LN transformer block; tokens of
+  step t attend to all tokens of steps <= t.
+* ``ObjectTokenEncoder``: masked set of object tokens -> one embedding per step.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+def _norm(groups: int = 8) -> nn.Module:
+    return nn.GroupNorm(num_groups=groups)
+
+
+class FiLM(nn.Module):
+    """h (N,H,W,C), cond (N,D) -> (1 + g) * h + b."""
+
+    @nn.compact
+    def __call__(self, h: jax.Array, cond: jax.Array) -> jax.Array:
+        c = h.shape[-1]
+        gb = nn.Dense(2 * c, kernel_init=nn.initializers.zeros, name="proj")(cond)
+        g, b = jnp.split(gb, 2, axis=-1)
+        return (1.0 + g[:, None, None, :]) * h + b[:, None, None, :]
+
+
+class BasicBlock(nn.Module):
+    features: int
+    stride: int = 1
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = nn.Conv(self.features, (3, 3), (self.stride, self.stride), padding=1, use_bias=False)(x)
+        y = nn.relu(_norm()(y))
+        y = nn.Conv(self.features, (3, 3), padding=1, use_bias=False)(y)
+        y = _norm()(y)
+        if self.stride != 1 or x.shape[-1] != self.features:
+            x = nn.Conv(self.features, (1, 1), (self.stride, self.stride), use_bias=False, name="down")(x)
+            x = _norm()(x)
+        return nn.relu(x + y)
+
+
+class SpatialSoftmax(nn.Module):
+    """(N,H,W,C) -> (N, 2*num_kp) expected (x, y) keypoints in [-1, 1]."""
+
+    num_kp: int = 32
+    temperature: float = 1.0
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n, h, w, _ = x.shape
+        x = nn.Conv(self.num_kp, (1, 1), name="kp")(x)
+        logits = x.reshape(n, h * w, self.num_kp) / self.temperature
+        att = jax.nn.softmax(logits, axis=1)
+        ys, xs = jnp.meshgrid(jnp.linspace(-1.0, 1.0, h), jnp.linspace(-1.0, 1.0, w), indexing="ij")
+        pos = jnp.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1)  # (HW, 2)
+        kp = jnp.einsum("npk,pd->nkd", att, pos)
+        return kp.reshape(n, 2 * self.num_kp)
+
+
+class ResNetT(nn.Module):
+    """uint8/float image (N,H,W,3) + language (N,D) -> (N, out_dim)."""
+
+    out_dim: int = 64
+    widths: Sequence[int] = (64, 128)
+    num_kp: int = 32
+    return_map: bool = False
+
+    @nn.compact
+    def __call__(self, img: jax.Array, lang: jax.Array) -> jax.Array:
+        x = img.astype(jnp.float32)
+        if img.dtype == jnp.uint8:
+            x = x / 255.0
+        w0, w1 = self.widths
+        x = nn.Conv(w0, (7, 7), (2, 2), padding=3, use_bias=False, name="conv1")(x)
+        x = nn.relu(_norm()(x))
+        x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
+        for i, (feat, stride) in enumerate([(w0, 1), (w0, 1), (w1, 2), (w1, 1)]):
+            x = BasicBlock(feat, stride, name=f"block_{i}")(x)
+            x = FiLM(name=f"film_{i}")(x, lang)
+        if self.return_map:
+            return x
+        x = SpatialSoftmax(self.num_kp, name="spatial_softmax")(x)
+        return nn.Dense(self.out_dim, name="out")(x)
+
+
+def sinusoidal_time_encoding(t: jax.Array, dim: int, max_period: float = 10000.0) -> jax.Array:
+    """t (...,) integer/float positions -> (..., dim) [sin | cos] encoding."""
+    half = dim // 2
+    freqs = jnp.exp(-jnp.log(max_period) * jnp.arange(half, dtype=jnp.float32) / max(half, 1))
+    ang = jnp.asarray(t, jnp.float32)[..., None] * freqs
+    enc = jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
+    if dim % 2:
+        enc = jnp.concatenate([enc, jnp.zeros(enc.shape[:-1] + (1,), enc.dtype)], axis=-1)
+    return enc
+
+
+def block_causal_mask(seq_len: int, tokens_per_step: int) -> jax.Array:
+    """(L, L) bool, L = seq_len * tokens_per_step: query i may attend key j iff step(j) <= step(i)."""
+    step = jnp.arange(seq_len * tokens_per_step) // tokens_per_step
+    return step[None, :] <= step[:, None]
+
+
+class DecoderBlock(nn.Module):
+    """Pre-LN self-attention + GELU MLP, both residual, with dropout."""
+
+    num_heads: int = 6
+    head_dim: int = 64
+    mlp_dim: int = 256
+    dropout: float = 0.1
+
+    @nn.compact
+    def __call__(self, x: jax.Array, mask: jax.Array | None, train: bool) -> jax.Array:
+        d = x.shape[-1]
+        inner = self.num_heads * self.head_dim
+        h = nn.LayerNorm(name="ln1")(x)
+        qkv = nn.Dense(3 * inner, use_bias=False, name="qkv")(h)
+        q, k, v = jnp.split(qkv.reshape(*x.shape[:-1], 3 * self.num_heads, self.head_dim), 3, axis=-2)
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(self.head_dim).astype(x.dtype)
+        if mask is not None:
+            logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+        att = jax.nn.softmax(logits, axis=-1)
+        att = nn.Dropout(self.dropout)(att, deterministic=not train)
+        o = jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(*x.shape[:-1], inner)
+        o = nn.Dense(d, name="out")(o)
+        x = x + nn.Dropout(self.dropout)(o, deterministic=not train)
+        h = nn.LayerNorm(name="ln2")(x)
+        h = nn.gelu(nn.Dense(self.mlp_dim, name="mlp_in")(h))
+        h = nn.Dropout(self.dropout)(h, deterministic=not train)
+        h = nn.Dense(d, name="mlp_out")(h)
+        return x + nn.Dropout(self.dropout)(h, deterministic=not train)
+
+
+class ObjectTokenEncoder(nn.Module):
+    """tokens (..., E, D_in) + mask (..., E) -> (..., out_dim).
+
+    pooling="attention": a learned query attends over the valid tokens;
+    pooling="mean": masked mean of the projected tokens. A step with no valid
+    token gives the zero vector (before the output projection's bias).
+    """
+
+    out_dim: int = 64
+    hidden_dim: int = 64
+    pooling: str = "attention"
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, mask: jax.Array) -> jax.Array:
+        mask = mask.astype(bool)
+        h = nn.gelu(nn.Dense(self.hidden_dim, name="in")(tokens.astype(jnp.float32)))
+        h = nn.Dense(self.hidden_dim, name="in2")(h)
+        if self.pooling == "attention":
+            q = self.param("query", nn.initializers.normal(0.02), (self.hidden_dim,))
+            k = nn.Dense(self.hidden_dim, use_bias=False, name="key")(h)
+            logits = jnp.einsum("...ed,d->...e", k, q) / jnp.sqrt(self.hidden_dim)
+            logits = jnp.where(mask, logits, -1e9)
+            w = jax.nn.softmax(logits, axis=-1) * mask
+        elif self.pooling == "mean":
+            w = mask.astype(h.dtype) / jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1)
+        else:
+            raise ValueError(f"unknown pooling {self.pooling!r}")
+        pooled = jnp.einsum("...e,...ed->...d", w.astype(h.dtype), h)
+        return nn.Dense(self.out_dim, name="out")(pooled)

@@ -1,0 +1,202 @@
+"""Policies: GMM head maths, ResNet-T shapes, block-causal masking, vmap over params, overfit."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from clbench_jax.policies import gmm, make_bc_rnn, make_bc_transformer
+from clbench_jax.policies.modules import ResNetT, block_causal_mask, sinusoidal_time_encoding
+
+B, T, HW, E_OBJ, D_OBJ, D_LANG = 2, 4, 32, 5, 10, 384
+
+TINY_T = dict(embed_dim=16, num_layers=2, num_heads=2, head_dim=8, mlp_dim=32, dropout=0.1,
+              seq_len=T, resnet_widths=(8, 16), num_kp=4, gmm_hidden=(32,))
+TINY_R = dict(image_dim=8, text_dim=8, object_dim=8, rnn_hidden=16, rnn_layers=2,
+              resnet_widths=(8, 16), num_kp=4, gmm_hidden=(32,))
+
+
+def make_obs(mode, seed=0):
+    rng = np.random.default_rng(seed)
+    obs = {
+        "joint_states": rng.normal(size=(B, T, 7)).astype(np.float32),
+        "gripper_states": rng.normal(size=(B, T, 2)).astype(np.float32),
+    }
+    if mode == "rgb":
+        for k in ("agentview_rgb", "eye_in_hand_rgb"):
+            obs[k] = rng.integers(0, 256, size=(B, T, HW, HW, 3), dtype=np.uint8)
+    else:
+        obs["tokens"] = rng.normal(size=(B, T, E_OBJ, D_OBJ)).astype(np.float32)
+        mask = np.ones((B, T, E_OBJ), bool)
+        mask[:, :, -2:] = False
+        obs["token_mask"] = mask
+    lang = rng.normal(size=(B, D_LANG)).astype(np.float32)
+    return {k: jnp.asarray(v) for k, v in obs.items()}, jnp.asarray(lang)
+
+
+def make(kind, mode, **kw):
+    if kind == "transformer":
+        return make_bc_transformer(mode, **{**TINY_T, **kw})
+    return make_bc_rnn(mode, **{**TINY_R, **kw})
+
+
+# ---------------------------------------------------------------- GMM head
+
+def _np_log_prob(means, stds, logits, a):
+    w = np.exp(logits - logits.max()); w = w / w.sum()
+    dens = [np.prod(np.exp(-0.5 * ((a - m) / s) ** 2) / (s * math.sqrt(2 * math.pi)))
+            for m, s in zip(means, stds)]
+    return math.log(sum(wi * di for wi, di in zip(w, dens)))
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_gmm_log_prob_hand_computed(k):
+    rng = np.random.default_rng(k)
+    means = rng.uniform(-0.9, 0.9, size=(k, 3))
+    stds = rng.uniform(0.2, 1.5, size=(k, 3))
+    logits = rng.normal(size=(k,))
+    a = rng.uniform(-1, 1, size=(3,))
+    dist = gmm.GMMDist(jnp.asarray(means, jnp.float32), jnp.asarray(stds, jnp.float32),
+                       jnp.asarray(logits, jnp.float32))
+    got = float(gmm.log_prob(dist, jnp.asarray(a, jnp.float32)))
+    assert got == pytest.approx(_np_log_prob(means, stds, logits, a), rel=1e-5, abs=1e-5)
+    assert float(gmm.nll_loss(dist, jnp.asarray(a, jnp.float32))) == pytest.approx(-got, rel=1e-5)
+
+
+def test_gmm_head_squash_std_mode_sample():
+    head = gmm.GMMHead(action_dim=7, hidden_sizes=(16, 16), num_modes=5)
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 4, 10)) * 50.0
+    params = jax.jit(head.init)(jax.random.PRNGKey(1), x)
+    d = jax.jit(head.apply)(params, x)
+    assert d.means.shape == (3, 4, 5, 7) and d.stds.shape == (3, 4, 5, 7) and d.logits.shape == (3, 4, 5)
+    assert float(jnp.abs(d.means).max()) <= 1.0
+    assert float(d.stds.min()) >= np.float32(1e-4)
+    m = gmm.mode(d)
+    best = jnp.argmax(d.logits, -1)
+    np.testing.assert_allclose(m[1, 2], d.means[1, 2, best[1, 2]])
+    s = gmm.sample(d, jax.random.PRNGKey(2))
+    assert s.shape == (3, 4, 7) and bool(jnp.all(jnp.isfinite(s)))
+    # With a peaked mixture and tiny std, sampling returns the dominant mean.
+    peaked = gmm.GMMDist(d.means, jnp.full_like(d.stds, 1e-6),
+                         jnp.zeros_like(d.logits).at[..., 3].set(100.0))
+    np.testing.assert_allclose(gmm.sample(peaked, jax.random.PRNGKey(3)), d.means[..., 3, :], atol=1e-4)
+
+
+# ---------------------------------------------------------------- modules
+
+def test_resnet_t_map_shape_at_128px():
+    img = jax.ShapeDtypeStruct((1, 128, 128, 3), jnp.uint8)
+    lang = jax.ShapeDtypeStruct((1, 384), jnp.float32)
+    enc = ResNetT(out_dim=64, return_map=True)
+    params = jax.eval_shape(enc.init, jax.random.PRNGKey(0), img, lang)
+    out = jax.eval_shape(enc.apply, params, img, lang)
+    assert out.shape == (1, 16, 16, 128)
+    vec = jax.eval_shape(ResNetT(out_dim=64).apply,
+                         jax.eval_shape(ResNetT(out_dim=64).init, jax.random.PRNGKey(0), img, lang), img, lang)
+    assert vec.shape == (1, 64)
+
+
+def test_block_causal_mask_and_time_encoding():
+    m = np.asarray(block_causal_mask(3, 2))
+    expect = np.kron(np.tril(np.ones((3, 3), bool)), np.ones((2, 2), bool))
+    np.testing.assert_array_equal(m, expect)
+    enc = sinusoidal_time_encoding(jnp.arange(5), 16)
+    assert enc.shape == (5, 16)
+    np.testing.assert_allclose(enc[0], np.r_[np.zeros(8), np.ones(8)], atol=1e-6)
+
+
+# ---------------------------------------------------------------- policies
+
+@functools.lru_cache(maxsize=None)
+def setup(kind, mode):
+    """Policy, params and one jitted fn (eval dist, train dist, loss) per (kind, mode), shared by tests."""
+    pol = make(kind, mode)
+    obs, lang = make_obs(mode)
+    params = pol.init(jax.random.PRNGKey(0), {"obs": obs, "lang": lang})
+
+    @jax.jit
+    def fwd(params, obs, key):
+        ev = pol.apply(params, obs, lang, None, False)
+        tr = pol.apply(params, obs, lang, key, True)
+        loss = pol.loss(params, {"obs": obs, "lang": lang, "actions": jnp.zeros((B, T, 7))}, key, True)
+        return ev, tr, loss
+
+    return pol, params, obs, lang, fwd
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+@pytest.mark.parametrize("mode", ["rgb", "state"])
+def test_policy_shapes_and_jit(kind, mode):
+    pol, params, obs, lang, fwd = setup(kind, mode)
+    ev, tr, loss = fwd(params, obs, jax.random.PRNGKey(1))
+    for dist in (ev, tr):
+        assert dist.means.shape == (B, T, 5, 7)
+        assert dist.stds.shape == (B, T, 5, 7)
+        assert dist.logits.shape == (B, T, 5)
+        assert all(bool(jnp.all(jnp.isfinite(x))) for x in dist)
+    assert gmm.mode(ev).shape == (B, T, 7)
+    assert np.isfinite(float(loss))
+    if kind == "transformer":  # dropout active in train mode only
+        assert float(jnp.abs(ev.means - tr.means).max()) > 0
+
+
+@pytest.mark.parametrize("kind,mode", [("transformer", "state"), ("transformer", "rgb"), ("rnn", "state")])
+def test_causal_no_future_leak(kind, mode):
+    pol, params, obs, lang, fwd = setup(kind, mode)
+    apply = lambda o: fwd(params, o, jax.random.PRNGKey(0))[0]
+    base = apply(obs)
+    for t in range(1, T):
+        pert = dict(obs)
+        pert["joint_states"] = obs["joint_states"].at[:, t].add(3.0)
+        key = "tokens" if mode == "state" else "agentview_rgb"
+        pert[key] = (obs[key].at[:, t].add(1.5) if mode == "state"
+                     else obs[key].at[:, t].set(255 - obs[key][:, t]))
+        out = apply(pert)
+        for a, b in zip(base, out):
+            np.testing.assert_allclose(a[:, :t], b[:, :t], rtol=1e-5, atol=1e-5)
+        assert float(jnp.abs(base.means[:, t] - out.means[:, t]).max()) > 1e-6
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+def test_vmap_over_stacked_params(kind):
+    pol, _, obs, lang, fwd = setup(kind, "state")
+    copies = [pol.init(k, {"obs": obs, "lang": lang}) for k in jax.random.split(jax.random.PRNGKey(7), 3)]
+    stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *copies)
+    out = jax.jit(jax.vmap(lambda p: pol.apply(p, obs, lang, None, False)))(stacked)
+    assert out.means.shape == (3, B, T, 5, 7)
+    for i in range(3):
+        single = fwd(copies[i], obs, jax.random.PRNGKey(0))[0]
+        for a, b in zip(out, single):
+            np.testing.assert_allclose(a[i], b, rtol=1e-4, atol=1e-5)
+    assert float(jnp.abs(out.means[0] - out.means[1]).max()) > 1e-4
+    assert float(jnp.abs(out.means[1] - out.means[2]).max()) > 1e-4
+
+
+def test_overfit_one_batch_state_transformer():
+    pol = make("transformer", "state", dropout=0.0)
+    obs, lang = make_obs("state", seed=3)
+    actions = jnp.asarray(np.random.default_rng(4).uniform(-0.8, 0.8, size=(B, T, 7)), jnp.float32)
+    batch = {"obs": obs, "lang": lang, "actions": actions}
+    params = pol.init(jax.random.PRNGKey(0), batch)
+    opt = optax.adam(3e-3)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state, key):
+        loss, g = jax.value_and_grad(pol.loss)(params, batch, key, True)
+        upd, state = opt.update(g, state, params)
+        return optax.apply_updates(params, upd), state, loss
+
+    losses = []
+    key = jax.random.PRNGKey(1)
+    for _ in range(50):
+        key, sub = jax.random.split(key)
+        params, state, loss = step(params, state, sub)
+        losses.append(float(loss))
+    final = float(jax.jit(pol.loss, static_argnums=3)(params, batch, None, False))
+    assert np.all(np.isfinite(losses))
+    assert final < losses[0] - 3.0, (losses[0], final)
