@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 
 import clbench_jax  # noqa: F401  (sets the offscreen GL backend before MuJoCo loads)
+
+
+# Modules with `register(subparsers)` adding a command group (e.g. `clbench demos ...`); one entry per line.
+COMMAND_GROUPS: tuple[str, ...] = (
+)
 
 
 def _task(key: str):
@@ -177,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     so.add_argument("--horizon", type=int, default=100)
     so.add_argument("--seed", type=int, default=0)
     so.set_defaults(fn=cmd_sim_rollout)
+    for module in COMMAND_GROUPS:  # groups that live beside their code (cheap to import: heavy imports inside)
+        importlib.import_module(module).register(sub)
     return p
 
 
