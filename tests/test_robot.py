@@ -230,3 +230,40 @@ def test_mjx_put_model():
     model = spec.compile()
     mx = mjx.put_model(model)
     assert mx.nu == 8 and mx.nq == 9
+
+
+@pytest.mark.parametrize("half", [(0.02, 0.003, 0.03), (0.03, 0.0175, 0.03)], ids=["wall_6mm", "box_35mm"])
+def test_grasp_thin_wall_and_box(half):
+    """A closed gripper squeezes with the full GRIPPER_FORCE_LIMIT whatever the width: a 6 mm wall (a bowl's) and
+    a 3.5 cm box (the cream cheese) are pinched without the pads sinking through them and lifted 0.2 m."""
+    spec = mujoco.MjSpec()
+    R.apply_physics_options(spec)
+    w = spec.worldbody
+    w.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.5, 0.6, TABLE_TOP / 2], pos=[0, 0, TABLE_TOP / 2])
+    R.add_robot(spec, BASE)
+    b = w.add_body(name="obj", pos=[-0.2, 0.0, TABLE_TOP + half[2]])
+    b.add_freejoint()
+    b.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=list(half), mass=0.15)
+    m = spec.compile()
+    d = mujoco.MjData(m)
+    R.set_init_qpos(m, d)
+    env = _Env(m, d)
+    oid = m.body("obj").id
+    assert abs(env.ee_mat()[1, 1]) > 0.99  # the fingers close along world y, across the object's 2 * half[1]
+
+    def go(target, grip, steps, lim=0.5):
+        for _ in range(steps):
+            env.step(_act(dpos=np.clip((target - env.ee()) / C.POS_SCALE, -lim, lim), grip=grip))
+
+    top = d.xpos[oid] + [0, 0, half[2] - 0.015]
+    go(top + [0, 0, 0.1], -1.0, 20)
+    go(top, -1.0, 25)
+    for _ in range(12):
+        env.step(_act(grip=1.0))
+    width = 2 * half[1]
+    opening = d.qpos[env.fingers].sum()
+    assert width - 0.002 < opening <= width + 0.001, opening  # pads sink < 1 mm each, not through the wall
+    assert abs(d.actuator_force[m.actuator(R.GRIPPER_ACTUATOR).id] + R.GRIPPER_FORCE_LIMIT) < 1.0
+    z0 = d.xpos[oid][2]
+    go(env.ee() + [0, 0, 0.2], 1.0, 25, 0.4)
+    assert d.xpos[oid][2] - z0 > 0.18

@@ -51,6 +51,7 @@ DROP = 0.012  # objects are released this far above their resting height
 HAND_CLEAR = 0.035  # solids are grasped at least this far below their top (hand box underside: grip site + 0.045)
 PAD_HALF = 0.021  # finger pads reach this far above and below the grip site
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
+BOWL_OPEN = -0.2  # gripper command approaching a bowl rim: servo target 3.6 cm open (the wall is 6 mm)
 
 # Joint kinds.
 JK_NONE, JK_DRAWER, JK_DOOR, JK_KNOB = range(4)
@@ -127,6 +128,7 @@ def _tables(scene: Scene) -> dict:
     stack_h = np.zeros(E, np.float32)  # resting height of something put On this entity
     is_obj = np.zeros(E, bool)
     tilt = np.zeros(E, np.float32)
+    gopen = np.full(E, -1.0, np.float32)  # gripper command while approaching a grasp
     for e, name in enumerate(ents):
         cat = scene.categories[name]
         s = assets.standin(cat)
@@ -139,6 +141,8 @@ def _tables(scene: Scene) -> dict:
         if s.shape_class == 1:
             a0, a1 = (0.032, 0.056) if cat == "akita_black_bowl" else (0.034, 0.058)
             tilt[e] = math.atan2(a1 - a0, s.size[2] - 0.004)
+            # tilted hand: open fingers would put the outer pad ~2 cm below the grip point (onto the table)
+            gopen[e] = BOWL_OPEN
         stack_h[e] = {1: 0.022, 6: 0.01}.get(s.shape_class, s.size[2])
     # joints
     J = len(scene.joints)
@@ -194,7 +198,7 @@ def _tables(scene: Scene) -> dict:
     jkind, jowner, jbar, jaxis, jfront, jchild, jface, jtop = map(pad, (jkind, jowner, jbar, jaxis, jfront, jchild,
                                                                      jface, jtop))
     return dict(cand=cand, cmask=cmask, grip_z=grip_z, pushable=pushable, size=size, stack_h=stack_h,
-                is_obj=is_obj, tilt=tilt, jkind=jkind, jowner=jowner, jbar=jbar, jaxis=jaxis, jfront=jfront, jchild=jchild,
+                is_obj=is_obj, tilt=tilt, gopen=gopen, jkind=jkind, jowner=jowner, jbar=jbar, jaxis=jaxis, jfront=jfront, jchild=jchild,
                 jface=jface, jtop=jtop, s_side=s_side, s_front=s_front, s_joint=s_joint, s_drawer=s_drawer)
 
 
@@ -326,7 +330,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         # drawer targets: prefer the grasp on the side away from the cabinet
         fr = view.site_mat[bsite] @ T["s_front"][bsite] if S else jnp.zeros(3)
         pref = jnp.where(T["s_drawer"][bsite] & b_is_site, 1.0, 0.0) if S else 0.0
-        cscore = (-jnp.abs(cyaw) - 0.6 * (cpt[:, 0] - pos[a_ent][0]) * 0.0 + 2.0 * jnp.minimum(dmin, 0.12)
+        cscore = (-jnp.abs(cyaw) + 2.0 * jnp.minimum(dmin, 0.12)
                   + pref * 3.0 * (off_dir @ fr[:2]) - 0.3 * (off_dir[:, 0] > 0.01))
         cscore = jnp.where(T["cmask"][a_ent], cscore, -1e9)
         new_cand = jnp.argmax(cscore)
@@ -412,6 +416,8 @@ def make_oracle(scene: Scene, noise: bool = True):
             jnp.linalg.norm(pos[:, :2] - gpt[None, :2], axis=-1) < 0.12)
         pre_z = jnp.maximum(gpt[2] + PRE_H, jnp.max(jnp.where(above_obj, pos[:, 2] + T["size"][:, 2], 0.0)) + 0.05)
         pre = jnp.array([gpt[0], gpt[1], pre_z]) + nse * jnp.array([1.0, 1.0, 2.0])
+        # well below the pre-grasp height: rise first (a sideways sweep knocks open drawers / nearby objects)
+        pre = jnp.where(ee[2] < pre[2] - 0.04, jnp.array([ee[0], ee[1], pre[2] + 0.01]), pre)
         g_lift = jnp.array([ps["anchor"][0], ps["anchor"][1], ee_transit])
         # bowls: tilt the hand by the wall's slant so the pads lie flat on the wall
         rad = (gpt - pos[a]).at[2].set(0.0)
@@ -423,11 +429,11 @@ def make_oracle(scene: Scene, noise: bool = True):
         Rp0 = _r_down(ps["yaw0"] + dy)
         rad_p = _rz(dy) @ (-off).at[2].set(0.0)
         rad_p = rad_p / jnp.maximum(jnp.linalg.norm(rad_p), 1e-6)
-        Rp = jnp.where(((Rp0 @ Rt1)[:, 2] @ rad_p) > 0, Rp0 @ Rt1, Rp0 @ Rt2)
+        Rp = jnp.where(((Rp0 @ Rt1)[:, 2] @ rad_p) < 0, Rp0 @ Rt1, Rp0 @ Rt2)  # the tilt it was grasped with
         pick = dict(
             pos=[pre, gpt + nse * jnp.array([0.3, 0.3, 0.0]), gpt, g_lift, P1, P2, P3, P3, P4],
             R=[Rg, Rg, Rg, Rg, Rp, Rp, Rp, Rp, Rp],
-            grip=[-1, -1, 1, 1, 1, 1, 1, -1, -1],
+            grip=[T["gopen"][a], T["gopen"][a], 1, 1, 1, 1, 1, -1, -1],
             tol=[0.02, 0.006, 1, 0.03, 0.02, 0.012, 0.008, 1, 0.03],
             vmax=[1, 0.45, 1, 0.35, 0.45, 0.4, 0.3, 1, 0.8],
             mins=[0, 0, 12, 0, 0, 0, 0, 6, 0],

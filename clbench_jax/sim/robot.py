@@ -26,17 +26,25 @@ finger boxes/pads carry collision geoms; the arm links are visual (contype=conaf
 
 Gripper: two slide joints (`robot0_finger_joint1` on the left finger along +y of the hand,
 `robot0_finger_joint2` on the right finger along -y), each 0..0.04 m (0 = closed, 0.08 m total opening). One
-position actuator `robot0_act_gripper` drives the fixed tendon ``q1 + q2`` (the total opening, 0..0.08 m) and
-a joint equality ``q1 == q2`` keeps the fingers symmetric (like the real Panda's mechanical coupling), so a grasp
-centres on the object. Its control is the commanded total opening in metres (0 closed, 0.08 open); the force is
-limited to +-70 N (the real gripper's continuous force); kp 1000 squeezes a 5 cm object with ~40 N per pad, and
-kv 280 (with finger armature 0.1) limits closing to ~0.25 m/s total, about 6 control steps open-to-closed
-(robosuite's Panda gripper: ~8); faster fingers tunnelled through a 5 cm cube in one 5 ms step.
+position actuator `robot0_act_gripper` drives the fixed tendon ``q1 + q2`` (the total opening) and a joint
+equality ``q1 == q2`` keeps the fingers symmetric (like the real Panda's mechanical coupling), so a grasp centres
+on the object. Its control is 0..0.08 (`control.gripper_ctrl`: -1 -> 0.08 open, +1 -> 0 closed); the servo aims
+at ``ctrl * (1 + GRIPPER_SQUEEZE / 0.08) - GRIPPER_SQUEEZE``, so "open" is 0.08 and "closed" lies 3 cm beyond the
+stroke: a closed gripper squeezes with kp (0.03 + width), clipped to GRIPPER_FORCE_LIMIT (30 N) -- the same firm
+30 N on a 6 mm bowl wall as on a 5 cm box (a target of 0 pinched a 6 mm wall with ~6 N; it sagged and slipped).
+Finger armature 1.0 (the real gripper's reflected motor inertia is large too) is what makes that squeeze stable:
+MuJoCo's soft contacts penetrate in proportion to the acceleration the squeeze would give the finger, so with
+armature 0.1 a 30 N squeeze sank each pad ~2 mm into an object and pushed through a 6 mm wall (the wall then
+squirted out, or was held by interpenetration and shot away on release); with 1.0 a pad sinks ~0.45 mm.
+Stiffer pad contacts did not help (solref 0.01 / solimp 0.99: chaotic blow-ups at off-centre grasps).
+Velocity gain 200 (as finger joint damping) closes at ~0.075 m/s per finger (open-to-closed ~0.5 s, 11 control
+steps; robosuite's Panda gripper: ~8).
 
 Finger pads: friction 1.5 (rubber-ish), condim 4 (adds torsional friction about the contact normal, so an object
-grasped off its centre of mass does not swing about the grip axis; condim 3 measured the same for a centred cube),
-pyramidal cone with impratio 10 (elliptic cones are supported by MJX too, but the grasp test needs neither them
-nor condim 6: lift slip 4 mm, 3 mm creep over 5 s held; see `Physics`).
+grasped off its centre of mass does not swing about the grip axis), pyramidal cone with impratio 10; geom
+priority 1, so a pad's own contact parameters apply whatever the object's (MuJoCo otherwise mixes both geoms').
+Measured (tests/test_robot.py and `test_grasp_thin_wall_and_box`): 0.3 m lift of a 5 cm cube slips < 1 cm;
+a 6 mm wall and a 3.5 cm box are held through a 0.2 m lift.
 """
 
 from __future__ import annotations
@@ -60,7 +68,7 @@ JOINT_UPPER = np.array([2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973]
 #: Panda joint torque limits (N m).
 TORQUE_LIMIT = np.array([87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0])
 FINGER_RANGE = (0.0, 0.04)
-GRIPPER_FORCE_LIMIT = 70.0
+GRIPPER_FORCE_LIMIT = 30.0
 
 #: Modified-DH rows (a_{i-1}, d_i, alpha_{i-1}) for joints 1..7 and the flange (hand mount).
 DH = np.array([
@@ -82,7 +90,7 @@ LINK_MASS = np.array([0.63, 4.97, 0.65, 3.23, 3.59, 1.23, 1.67, 0.74])
 HAND_MASS = 0.73
 FINGER_MASS = 0.015
 ARMATURE = 0.1                   # reflected rotor inertia per arm joint (kg m^2), also steadies the servo
-FINGER_ARMATURE = 0.1
+FINGER_ARMATURE = 1.0
 
 #: Arm position servos: force = kp (target - q) - kv qdot, clipped to TORQUE_LIMIT; critically damped at
 #: SERVO_OMEGA for the nominal joint inertias (incl. armature). See `Physics` for why the bandwidth is modest.
@@ -91,7 +99,10 @@ NOMINAL_INERTIA = np.array([1.5, 2.0, 0.9, 0.9, 0.13, 0.13, 0.11])
 ARM_KP = SERVO_OMEGA ** 2 * NOMINAL_INERTIA
 ARM_KV = 2.0 * SERVO_OMEGA * NOMINAL_INERTIA
 GRIPPER_KP = 1000.0
-GRIPPER_KV = 280.0
+GRIPPER_KV = 200.0
+#: "closed" aims this far beyond the stroke (servo target ``ctrl * (1 + SQUEEZE / 0.08) - SQUEEZE``), so a closed
+#: gripper squeezes with GRIPPER_FORCE_LIMIT whatever the object's width (see the module docstring).
+GRIPPER_SQUEEZE = 0.03
 
 ROBOT_CONTYPE = 2
 ROBOT_CONAFFINITY = 1
@@ -224,6 +235,7 @@ def _collision_box(body, name, pos, half, mass, rgba, friction=None, condim=None
         g.solref = list(solref)
     if solimp is not None:
         g.solimp = list(solimp)
+        g.priority = 1  # pads: their own contact parameters, not mixed with the object's
     return g
 
 
@@ -312,6 +324,9 @@ def add_robot(spec: mujoco.MjSpec, base_pos, base_quat=(1.0, 0.0, 0.0, 0.0)) -> 
     eq.solref = [0.005, 1.0]
     act = spec.add_actuator(name=GRIPPER_ACTUATOR, target=ten.name, trntype=mujoco.mjtTrn.mjTRN_TENDON)
     act.set_to_position(kp=GRIPPER_KP, kv=0.0)
+    # target = ctrl * (1 + SQUEEZE / open) - SQUEEZE: force = gain * ctrl + bias0 - kp * opening
+    act.gainprm[0] = GRIPPER_KP * (1.0 + GRIPPER_SQUEEZE / (2 * FINGER_RANGE[1]))
+    act.biasprm[0] = -GRIPPER_KP * GRIPPER_SQUEEZE
     act.ctrlrange = [0.0, 2 * FINGER_RANGE[1]]
     act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
     act.forcerange = [-GRIPPER_FORCE_LIMIT, GRIPPER_FORCE_LIMIT]
