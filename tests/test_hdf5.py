@@ -86,12 +86,15 @@ def test_round_trip(good_file):
 
 
 def test_libero_layout_written_by_hand_loads(tmp_path):
+    """Keys, dtypes and attributes exactly as LIBERO's scripts/create_dataset.py writes them (float64 low-dim and
+    states, uint8 images, uint8 rewards and dones, macros_image_convention), no clbench extras."""
     rng = np.random.default_rng(1)
     path = tmp_path / "libero_task_demo.hdf5"
     with h5py.File(path, "w") as f:
         data = f.create_group("data")
         data.attrs["env_name"] = META["env_name"]
         data.attrs["problem_info"] = json.dumps(META["problem_info"])
+        data.attrs["macros_image_convention"] = "opengl"
         data.attrs["bddl_file_name"] = META["bddl_file_name"]
         data.attrs["bddl_file_content"] = META["bddl_file_content"]
         data.attrs["env_args"] = json.dumps(META["env_args"])
@@ -110,7 +113,7 @@ def test_libero_layout_written_by_hand_loads(tmp_path):
             g.create_dataset("actions", data=rng.normal(size=(T, 7)))
             g.create_dataset("states", data=rng.normal(size=(T, 40)))
             g.create_dataset("robot_states", data=rng.normal(size=(T, 9)))
-            g.create_dataset("rewards", data=np.r_[np.zeros(T - 1), 1.0])
+            g.create_dataset("rewards", data=np.r_[np.zeros(T - 1), 1].astype(np.uint8))
             g.create_dataset("dones", data=np.r_[np.zeros(T - 1), 1].astype(np.uint8))
             g.attrs["num_samples"] = T
             g.attrs["model_file"] = "<mujoco/>"
@@ -118,7 +121,10 @@ def test_libero_layout_written_by_hand_loads(tmp_path):
     demos = read_demos(path)
     assert [len(d["actions"]) for d in demos] == [4, 5]
     assert demos[1]["attrs"]["num_samples"] == 5
-    assert read_meta(path)["extras_attrs"] == {}
+    assert demos[0]["rewards"].dtype == np.uint8 and demos[0]["obs"]["ee_states"].dtype == np.float64
+    meta = read_meta(path)
+    assert meta["extras_attrs"] == {} and meta["macros_image_convention"] == "opengl"
+    assert meta["problem_info"]["language_instruction"] == "put the bowl on the plate"
     ds = SequenceDataset([path], seq_len=3)
     assert len(ds) == 9
     batch = next(ds.sample_batches(4, 0))
@@ -157,6 +163,29 @@ def test_bad_files_name_file_and_key(good_file, key, fn):
     if "obs/joint_states" not in key:  # keys=None reads whatever obs keys exist, so this one is fine
         with pytest.raises(DataFileError, match=key):
             read_demos(path)
+
+
+def test_bad_dtype_and_bad_attributes(good_file, tmp_path):
+    path, _ = good_file
+    _mutate(path, lambda f: (f["data/demo_0/obs"].__delitem__("ee_pos"),
+                             f["data/demo_0/obs"].create_dataset("ee_pos", data=np.full((5, 3), b"abc"))))
+    with pytest.raises(DataFileError, match="wrong dtype") as ei:
+        read_demos(path)
+    assert ei.value.field == "data/demo_0/obs/ee_pos" and ei.value.file == str(path)
+    _mutate(path, lambda f: f["data"].attrs.__setitem__("env_args", "{not json"))
+    with pytest.raises(DataFileError, match="not valid JSON") as ei:
+        read_meta(path)
+    assert ei.value.field == "data.attrs[env_args]"
+    _mutate(path, lambda f: f["data"].attrs.__delitem__("bddl_file_name"))
+    with pytest.raises(DataFileError, match="missing attribute") as ei:
+        read_meta(path)
+    assert ei.value.field == "data.attrs[bddl_file_name]"
+    # a collection that kept nothing is a valid record of its attempts, but has no demos to read
+    empty = tmp_path / "none_demo.hdf5"
+    write_demos(empty, [], **META, extras_attrs={"attempts": 8})
+    assert read_meta(empty)["num_demos"] == 0 and read_meta(empty)["extras_attrs"]["attempts"] == 8
+    with pytest.raises(DataFileError, match="no demo_<i> groups"):
+        read_demos(empty)
 
 
 def test_missing_data_group_and_missing_obs_key(tmp_path, good_file):

@@ -4,9 +4,10 @@ Layout (LIBERO `scripts/create_dataset.py`)::
 
     data                      attrs: env_name, problem_info (JSON), bddl_file_name,
                                      bddl_file_content, env_args (JSON), num_demos, total
+                                     [, macros_image_convention]
     data/demo_{i}/obs/<key>   agentview_rgb, eye_in_hand_rgb (T,H,W,3) uint8; joint_states (T,7);
                               gripper_states (T,2); ee_states (T,6); ee_pos (T,3); ee_ori (T,3)
-    data/demo_{i}/actions (T,7), states (T,D), robot_states (T,9), rewards (T,), dones (T,) uint8
+    data/demo_{i}/actions (T,7), states (T,D), robot_states (T,9), rewards (T,) uint8, dones (T,) uint8
     data/demo_{i}             attrs: num_samples, model_file, init_state
 
 Project extras live under keys LIBERO does not use: obs/object_tokens (T,E,D),
@@ -156,13 +157,15 @@ def _write_demo(grp: h5py.Group, demo: Mapping[str, Any]) -> None:
 
 def write_demos(path: str | os.PathLike, demos: Sequence[Mapping[str, Any]], *, env_name: str,
                 problem_info: dict, bddl_file_name: str, bddl_file_content: str, env_args: dict,
-                extras_attrs: Mapping[str, Any] | None = None) -> None:
+                extras_attrs: Mapping[str, Any] | None = None, image_convention: str | None = None) -> None:
     """Write `demos` to `path` in LIBERO's layout, atomically (temp file in the same folder + os.replace).
 
     Each demo is a dict: ``obs`` (dict of (T,...) arrays), ``actions`` (T,7), ``states`` (T,D),
     ``robot_states`` (T,9), ``rewards`` (T,), ``dones`` (T,) and optional ``attrs`` (dict:
     num_samples [defaults to T], model_file, init_state, and extras, stored as ``clbench_<name>``).
     ``extras_attrs`` go on ``data`` as ``clbench_<name>``.  Dict/list values are stored as JSON.
+    ``image_convention`` is LIBERO's optional ``macros_image_convention`` attribute (robosuite's "opengl":
+    images upside down, as LIBERO's datasets; "opencv": upright, as this project renders them).
     """
     path = os.fspath(path)
     demos = list(demos)
@@ -183,6 +186,8 @@ def write_demos(path: str | os.PathLike, demos: Sequence[Mapping[str, Any]], *, 
             data.attrs["bddl_file_name"] = bddl_file_name
             data.attrs["bddl_file_content"] = bddl_file_content
             data.attrs["env_args"] = json.dumps(env_args)
+            if image_convention is not None:
+                data.attrs["macros_image_convention"] = image_convention
             data.attrs["num_demos"] = len(demos)
             data.attrs["total"] = int(sum(np.asarray(d["actions"]).shape[0] for d in demos))
             for k, v in (extras_attrs or {}).items():
@@ -200,7 +205,8 @@ def write_demos(path: str | os.PathLike, demos: Sequence[Mapping[str, Any]], *, 
 
 # ----------------------------------------------------------------------------- read
 
-def _open(path: str) -> h5py.File:
+def open_file(path: str) -> h5py.File:
+    """Open for reading; a missing or unreadable file raises DataFileError naming it."""
     if not os.path.exists(path):
         raise DataFileError("file not found", file=path)
     try:
@@ -209,7 +215,8 @@ def _open(path: str) -> h5py.File:
         raise DataFileError(f"cannot open HDF5 file (truncated or corrupt?): {e}", file=path) from e
 
 
-def _demo_names(f: h5py.File, path: str) -> list[str]:
+def demo_names(f: h5py.File, path: str) -> list[str]:
+    """`demo_<i>` group names of an open file, in index order."""
     if "data" not in f or not isinstance(f["data"], h5py.Group):
         raise DataFileError("missing key", file=path, field="data")
     names = [n for n in f["data"].keys() if _DEMO_RE.match(n)]
@@ -222,7 +229,7 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     """File-level attributes of `data`: LIBERO's (problem_info, env_args parsed from JSON) plus
     ``extras_attrs`` (the ``clbench_`` ones, prefix removed)."""
     path = os.fspath(path)
-    with _open(path) as f:
+    with open_file(path) as f:
         try:
             if "data" not in f:
                 raise DataFileError("missing key", file=path, field="data")
@@ -248,9 +255,9 @@ def read_demos(path: str | os.PathLike, keys: Sequence[str] | None = None) -> li
     """
     path = os.fspath(path)
     out = []
-    with _open(path) as f:
+    with open_file(path) as f:
         try:
-            for name in _demo_names(f, path):
+            for name in demo_names(f, path):
                 grp = f["data"][name]
                 prefix = f"data/{name}"
                 _check_demo(grp, prefix, path, keys)
@@ -328,9 +335,9 @@ class SequenceDataset:
         parts: dict[str, list] = {k: [] for k in self.obs_keys + ("actions",)}
         demo_lengths, demo_file = [], []
         for fi, path in enumerate(self.paths):
-            f = _open(path)
+            f = open_file(path)
             try:
-                for name in _demo_names(f, path):
+                for name in demo_names(f, path):
                     grp = f["data"][name]
                     prefix = f"data/{name}"
                     _check_demo(grp, prefix, path, self.obs_keys)

@@ -18,6 +18,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import jax
 import mujoco
@@ -44,6 +45,7 @@ class InitBank:
     state: np.ndarray
     mocap: np.ndarray
     init_ok: np.ndarray  # (n,) bool: every :init predicate held after settling
+    inits: tuple = ()  # with a `variant` sampler: the :init atoms each state was placed (and checked) by
 
 
 def _yaw_quat(yaw: float) -> np.ndarray:
@@ -212,36 +214,52 @@ def settle(scene: Scene, qpos: np.ndarray, mocap: np.ndarray, seconds: float = S
 
 
 def make_init_bank(scene: Scene, task: TaskSpec, n: int, seed: int = 0, valid_only: bool = True,
-                   max_rounds: int = 5) -> InitBank:
+                   max_rounds: int = 5, variant: Callable[[np.random.Generator], TaskSpec] | None = None
+                   ) -> InitBank:
     """`n` settled initial states of `task`, deterministic in (task, seed). With `valid_only`, samples whose
     :init predicates fail after settling are replaced by fresh ones (up to `max_rounds` rounds); `init_ok` then
-    says which of the returned states are valid (all, unless the rounds ran out)."""
+    says which of the returned states are valid (all, unless the rounds ran out).
+
+    `variant(rng)`, if given, draws per sample a version of `task` with other :init atoms (the deconfounded
+    generator permutes placements this way); each sample is placed and checked by its own atoms, which the bank
+    returns in `inits`."""
     digest = int(hashlib.sha256(f"{task.name}:{seed}".encode()).hexdigest()[:8], 16)
     rng = np.random.default_rng(digest)
     d = mujoco.MjData(scene.model)
-    states, mocaps, oks = [], [], []
+    states, mocaps, oks, inits = [], [], [], []
     for _ in range(max_rounds if valid_only else 1):
-        placements = [sample_placement(scene, task, rng, d) for _ in range(n)]
+        variants = [variant(rng) for _ in range(n)] if variant is not None else [task] * n
+        placements = [sample_placement(scene, v, rng, d) for v in variants]
         mocap = np.stack([p[1] for p in placements])
         state = settle(scene, np.stack([p[0] for p in placements]), mocap)
-        ok = init_predicates_hold(scene, task, state, mocap)
-        states.append(state), mocaps.append(mocap), oks.append(ok)
+        ok = init_predicates_hold(scene, task, state, mocap, variants if variant is not None else None)
+        states.append(state), mocaps.append(mocap), oks.append(ok), inits.extend(v.init for v in variants)
         if not valid_only or sum(o.sum() for o in oks) >= n:
             break
     state, mocap, ok = np.concatenate(states), np.concatenate(mocaps), np.concatenate(oks)
     order = np.argsort(~ok, kind="stable")[:n] if valid_only else np.arange(n)  # valid ones first, in order
-    return InitBank(task=task.name, state=state[order], mocap=mocap[order], init_ok=ok[order])
+    return InitBank(task=task.name, state=state[order], mocap=mocap[order], init_ok=ok[order],
+                    inits=tuple(inits[i] for i in order) if variant is not None else ())
 
 
-def init_predicates_hold(scene: Scene, task: TaskSpec, state: np.ndarray, mocap: np.ndarray) -> np.ndarray:
-    """(n,) bool: every :init predicate of `task` holds in each state."""
+def init_predicates_hold(scene: Scene, task: TaskSpec, state: np.ndarray, mocap: np.ndarray,
+                         variants: list[TaskSpec] | None = None) -> np.ndarray:
+    """(n,) bool: every :init predicate of `task` (or of `variants[i]` for state i) holds in each state."""
     from clbench_jax.sim import env as env_mod
 
     worlds = NativeWorlds(scene.model, state.shape[0], 1, nthread=1)
     sens = worlds.set_state(state, mocap)
     worlds.close()
     c = env_mod.scene_consts(scene)
-    ta = env_mod.task_arrays(scene, task)
+    if variants is None:
+        ta = jax.tree.map(lambda x: np.broadcast_to(x, (state.shape[0],) + x.shape),
+                          env_mod.task_arrays(scene, task))
+    else:
+        arrays = {}  # one compile per distinct set of atoms
+        for v in variants:
+            if v.init not in arrays:
+                arrays[v.init] = env_mod.task_arrays(scene, v)
+        ta = env_mod.stack([arrays[v.init] for v in variants])
     return np.asarray(_init_holds(c, sens, sens[:, scene.sensors.pair_found], ta))
 
 
@@ -249,8 +267,10 @@ def init_predicates_hold(scene: Scene, task: TaskSpec, state: np.ndarray, mocap:
 def _init_holds(c, sens, found, ta):
     from clbench_jax.sim import env as env_mod
 
-    init = jax.tree.map(lambda x: x[None], ta.init)
-    return jax.vmap(lambda s, f: env_mod.goals_hold(c, s, f, ta, init)[0])(sens, found)
+    def one(s, f, t):
+        return env_mod.goals_hold(c, s, f, t, jax.tree.map(lambda x: x[None], t.init))[0]
+
+    return jax.vmap(one)(sens, found, ta)
 
 
 def cache_dir() -> Path:

@@ -200,7 +200,9 @@ def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizo
             nthread: int | None = None, mjx_impl: str = "jax", progress: bool = False, trace: bool = False):
     """Run N episodes to success or `horizon` policy steps (after `warmup` zero-action steps) -> Records, or
     (Records, trace) with `trace=True`: per-step arrays (N, warmup + horizon + 1, ...) of the EE position, entity
-    positions, goal truths, articulated joints, finger joints and actions (rows after an early stop stay 0)."""
+    positions, goal truths, articulated joints, finger joints and actions (rows after an early stop stay 0); on the
+    native backend also `physics_state`, the full MuJoCo state (mjSTATE_FULLPHYSICS) before each step's action,
+    and `sensordata`, the sensor readings the policy saw then (MuJoCo's, from the last substep's forward pass)."""
     c = _consts(scene)
     tasks = jax.tree.map(lambda x: jnp.asarray(x[batch.task_ids]), task_stack(scene))
     goals = jax.tree.map(jnp.asarray, batch.goals)
@@ -264,8 +266,14 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
         sens = worlds.set_state(batch.state, batch.mocap)
         total = warmup + horizon
         carry = _new_carry(batch, pstate0, goals.pred.shape[1], c, total if trace else None)
+        # Tracing on the host also keeps the full physics state each action was chosen in and the sensor readings
+        # the policy saw (the demonstration collector records observations from them, images from the states).
+        host = {"physics_state": np.zeros((n, total + 1, worlds.nstate)),
+                "sensordata": np.zeros((n, total + 1, sens.shape[1]))} if trace else None
         bar = _bar(total, progress, "rollout (native)")
-        for _ in range(total + 1):
+        for step in range(total + 1):
+            if host is not None:
+                host["physics_state"][:, step], host["sensordata"][:, step] = worlds.state, sens
             bad = worlds.qvel_max() > QVEL_LIMIT
             imgs = renderer.render(worlds.state, worlds.mocap) if renderer is not None else None
             carry, ctrl = advance(carry, tasks, goals, jnp.asarray(sens), jnp.asarray(sens[:, pf]),
@@ -279,6 +287,8 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
         worlds.close()
         if renderer is not None:
             renderer.close()
+    if host is not None:
+        carry = carry.replace(trace={**carry.trace, **host})
     return carry
 
 
