@@ -47,3 +47,7 @@ class DataFileError(ClbenchError):
 
 class PhysicsError(ClbenchError):
     """Physics went numerically bad (NaN, huge velocities)."""
+
+
+class ObservationError(ClbenchError, ValueError):
+    """An observation batch handed to a policy or augmentation lacks a key or has the wrong shape or dtype."""

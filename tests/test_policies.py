@@ -9,13 +9,17 @@ import numpy as np
 import optax
 import pytest
 
-from clbench_jax.policies import gmm, make_bc_rnn, make_bc_transformer
-from clbench_jax.policies.modules import ResNetT, block_causal_mask, sinusoidal_time_encoding
+from clbench_jax.errors import ObservationError
+from clbench_jax.policies import gmm, make_bc_rnn, make_bc_transformer, make_bc_vilt
+from clbench_jax.policies.modules import PatchEncoder, ResNetT, block_causal_mask, sinusoidal_time_encoding
 
 B, T, HW, E_OBJ, D_OBJ, D_LANG = 2, 4, 32, 5, 10, 384
 
 TINY_T = dict(embed_dim=16, num_layers=2, num_heads=2, head_dim=8, mlp_dim=32, dropout=0.1,
               seq_len=T, resnet_widths=(8, 16), num_kp=4, gmm_hidden=(32,))
+TINY_V = dict(embed_dim=16, patch_size=4, stem_width=8, spatial_layers=1, spatial_heads=2, spatial_head_dim=8,
+              spatial_mlp_dim=32, temporal_dim=16, num_layers=2, num_heads=2, head_dim=8, mlp_dim=32, dropout=0.1,
+              seq_len=T, gmm_hidden=(32,))
 TINY_R = dict(image_dim=8, text_dim=8, object_dim=8, rnn_hidden=16, rnn_layers=2,
               resnet_widths=(8, 16), num_kp=4, gmm_hidden=(32,))
 
@@ -41,6 +45,8 @@ def make_obs(mode, seed=0):
 def make(kind, mode, **kw):
     if kind == "transformer":
         return make_bc_transformer(mode, **{**TINY_T, **kw})
+    if kind == "vilt":
+        return make_bc_vilt(mode, **{**TINY_V, **kw})
     return make_bc_rnn(mode, **{**TINY_R, **kw})
 
 
@@ -128,7 +134,7 @@ def setup(kind, mode):
     return pol, params, obs, lang, fwd
 
 
-@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+@pytest.mark.parametrize("kind", ["transformer", "rnn", "vilt"])
 @pytest.mark.parametrize("mode", ["rgb", "state"])
 def test_policy_shapes_and_jit(kind, mode):
     pol, params, obs, lang, fwd = setup(kind, mode)
@@ -140,11 +146,12 @@ def test_policy_shapes_and_jit(kind, mode):
         assert all(bool(jnp.all(jnp.isfinite(x))) for x in dist)
     assert gmm.mode(ev).shape == (B, T, 7)
     assert np.isfinite(float(loss))
-    if kind == "transformer":  # dropout active in train mode only
+    if kind != "rnn":  # dropout active in train mode only
         assert float(jnp.abs(ev.means - tr.means).max()) > 0
 
 
-@pytest.mark.parametrize("kind,mode", [("transformer", "state"), ("transformer", "rgb"), ("rnn", "state")])
+@pytest.mark.parametrize("kind,mode", [("transformer", "state"), ("transformer", "rgb"), ("rnn", "state"),
+                                       ("vilt", "rgb"), ("vilt", "state")])
 def test_causal_no_future_leak(kind, mode):
     pol, params, obs, lang, fwd = setup(kind, mode)
     apply = lambda o: fwd(params, o, jax.random.PRNGKey(0))[0]
@@ -161,7 +168,7 @@ def test_causal_no_future_leak(kind, mode):
         assert float(jnp.abs(base.means[:, t] - out.means[:, t]).max()) > 1e-6
 
 
-@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+@pytest.mark.parametrize("kind", ["transformer", "rnn", "vilt"])
 def test_vmap_over_stacked_params(kind):
     pol, _, obs, lang, fwd = setup(kind, "state")
     copies = [pol.init(k, {"obs": obs, "lang": lang}) for k in jax.random.split(jax.random.PRNGKey(7), 3)]
@@ -200,3 +207,69 @@ def test_overfit_one_batch_state_transformer():
     final = float(jax.jit(pol.loss, static_argnums=3)(params, batch, None, False))
     assert np.all(np.isfinite(losses))
     assert final < losses[0] - 3.0, (losses[0], final)
+
+
+# ---------------------------------------------------------------- BC-ViLT and sizes vs LIBERO
+
+def test_time_encoding_as_libero_inv_freq_factor_10():
+    # LIBERO SinusoidalPositionEncoding(inv_freq_factor=10): inv_freq_k = 10^(-2k/C), [sin | cos]; C = 4, position 3
+    enc = np.asarray(sinusoidal_time_encoding(jnp.array([3]), 4, 10.0))[0]
+    f = np.array([1.0, 10 ** -0.5])
+    np.testing.assert_allclose(enc, np.r_[np.sin(3 * f), np.cos(3 * f)], atol=1e-6)
+
+
+def test_patch_encoder_tokens_at_128px():
+    img = jax.ShapeDtypeStruct((2, 128, 128, 3), jnp.uint8)
+    enc = PatchEncoder(embed_dim=128, patch_size=8)
+    out = jax.eval_shape(enc.apply, jax.eval_shape(enc.init, jax.random.PRNGKey(0), img), img)
+    assert out.shape == (2, 64, 128)  # (128 / 2 / 8)^2 patches, as LIBERO's PatchEncoder
+
+
+# Parameter counts of LIBERO's own torch policies (rlinf-libero 0.1.3 = LIBERO 8f1084e model code, configs
+# policy/*.yaml, 128 px, joint + gripper, language input 384), printed by
+#   benchmarks/libero_train_peer.sh --params-only --policies bc_transformer,bc_rnn,bc_vilt --lang-dim 384
+# BC-RNN differs by torch's second LSTM bias vector (b_hh: 2 layers x 4 x 1024 = 8,192), which flax does not have.
+LIBERO_PARAMS_384 = {"transformer": 4_768_907, "vilt": 7_844_235, "rnn": 18_503_595 - 2 * 4 * 1024}
+
+
+@pytest.mark.parametrize("kind", ["transformer", "vilt", "rnn"])
+def test_full_size_parameter_count_matches_libero(kind):
+    maker = {"transformer": make_bc_transformer, "vilt": make_bc_vilt, "rnn": make_bc_rnn}[kind]
+    sd = jax.ShapeDtypeStruct
+    obs = {"joint_states": sd((1, 10, 7), jnp.float32), "gripper_states": sd((1, 10, 2), jnp.float32),
+           "agentview_rgb": sd((1, 10, 128, 128, 3), jnp.uint8), "eye_in_hand_rgb": sd((1, 10, 128, 128, 3), jnp.uint8)}
+    pol = maker("rgb")
+    params = jax.eval_shape(lambda k: pol.init(k, {"obs": obs, "lang": sd((1, 384), jnp.float32)}),
+                            jax.random.PRNGKey(0))
+    assert sum(x.size for x in jax.tree_util.tree_leaves(params)) == LIBERO_PARAMS_384[kind]
+
+
+def test_vilt_state_ignores_masked_tokens_and_language_matters():
+    pol, params, obs, lang, fwd = setup("vilt", "state")
+    base = fwd(params, obs, jax.random.PRNGKey(0))[0]
+    junk = dict(obs, tokens=obs["tokens"].at[:, :, -2:].set(1e3))  # only masked-out slots change
+    np.testing.assert_allclose(fwd(params, junk, jax.random.PRNGKey(0))[0].means, base.means, rtol=1e-5, atol=1e-6)
+    seen = dict(obs, tokens=obs["tokens"].at[:, :, 0].add(1.0))
+    assert float(jnp.abs(fwd(params, seen, jax.random.PRNGKey(0))[0].means - base.means).max()) > 1e-6
+    other = jax.jit(lambda l: pol.apply(params, obs, l, None, False))(lang + 1.0)
+    assert float(jnp.abs(other.means - base.means).max()) > 1e-6
+
+
+def test_missing_obs_key_is_a_typed_error():
+    pol, params, obs, lang, _ = setup("vilt", "rgb")
+    bad = {k: v for k, v in obs.items() if k != "eye_in_hand_rgb"}
+    with pytest.raises(ObservationError, match="eye_in_hand_rgb"):
+        pol.apply(params, bad, lang)
+
+
+def test_max_pool_matches_flax_values_and_gradient():
+    import flax.linen as nn
+
+    from clbench_jax.policies.modules import max_pool_3x3_s2
+
+    ref = lambda x: nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
+    for shape in [(2, 16, 16, 3), (1, 7, 9, 2)]:
+        x = jax.random.normal(jax.random.PRNGKey(0), shape)  # continuous: no ties
+        np.testing.assert_array_equal(max_pool_3x3_s2(x), ref(x))
+        g = lambda f: jax.grad(lambda y: jnp.sum(f(y) ** 2))(x)
+        np.testing.assert_allclose(g(max_pool_3x3_s2), g(ref), atol=1e-6)

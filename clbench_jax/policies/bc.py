@@ -1,9 +1,9 @@
-"""BC-Transformer and BC-RNN policies (RGB and STATE observation modes).
+"""BC-Transformer, BC-RNN and BC-ViLT policies (RGB and STATE observation modes).
 
 Uniform functional interface (params are a plain pytree, so policies jit and
 ``jax.vmap`` over stacked params)::
 
-    policy = make_bc_transformer(mode="rgb")            # or make_bc_rnn(...)
+    policy = make_bc_transformer(mode="rgb")            # or make_bc_rnn(...), make_bc_vilt(...)
     params = policy.init(key, {"obs": obs_window, "lang": lang})
     dist   = policy.apply(params, obs_window, lang, key, train=False)  # GMMDist (B,T,K,A)
     loss   = policy.loss(params, batch, key, train=True)  # batch: obs, lang, actions
@@ -23,14 +23,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from clbench_jax.errors import ObservationError
 from clbench_jax.policies.gmm import GMMDist, GMMHead, nll_loss
 from clbench_jax.policies.modules import (
-    DecoderBlock,
     ObjectTokenEncoder,
     ResNetT,
-    block_causal_mask,
-    sinusoidal_time_encoding,
+    temporal_decoder,
 )
+from clbench_jax.policies.vilt import BCViLTConfig, BCViLTNet
 
 RGB_KEYS = ("agentview_rgb", "eye_in_hand_rgb", "joint_states", "gripper_states")
 STATE_KEYS = ("joint_states", "gripper_states", "tokens", "token_mask")
@@ -48,6 +48,7 @@ class BCTransformerConfig:
     mlp_dim: int = 256
     dropout: float = 0.1
     seq_len: int = 10
+    time_period: float = 10.0  # LIBERO's SinusoidalPositionEncoding inv_freq_factor
     resnet_widths: tuple = (64, 128)
     num_kp: int = 32
     object_pooling: str = "attention"
@@ -109,16 +110,9 @@ class BCTransformerNet(nn.Module):
             ]
         else:
             raise ValueError(f"mode must be one of {MODES}, got {c.mode!r}")
-        n = len(toks)
-        x = jnp.stack(toks, axis=2)  # (B,T,n,E)
-        x = x + sinusoidal_time_encoding(jnp.arange(t), e)[None, :, None, :]
-        x = x.reshape(b, t * n, e)
-        x = nn.Dropout(c.dropout)(x, deterministic=not train)
-        mask = block_causal_mask(t, n)
-        for i in range(c.num_layers):
-            x = DecoderBlock(c.num_heads, c.head_dim, c.mlp_dim, c.dropout, name=f"layer_{i}")(x, mask, train)
-        x = nn.LayerNorm(name="ln_f")(x)
-        feat = x.reshape(b, t, n, e)[:, :, 0]
+        feat = temporal_decoder(jnp.stack(toks, axis=2), num_layers=c.num_layers, num_heads=c.num_heads,
+                                head_dim=c.head_dim, mlp_dim=c.mlp_dim, dropout=c.dropout,
+                                time_period=c.time_period, train=train)
         return GMMHead(c.action_dim, c.gmm_hidden, c.gmm_modes, c.gmm_min_std, name="gmm")(feat)
 
 
@@ -167,7 +161,8 @@ class Policy:
         keys = RGB_KEYS if self.cfg.mode == "rgb" else STATE_KEYS
         missing = [k for k in keys if k not in obs]
         if missing:
-            raise KeyError(f"{self.cfg.mode} mode needs obs keys {missing}")
+            raise ObservationError(f"{type(self.net).__name__} in {self.cfg.mode} mode needs obs keys {missing}",
+                                   field=missing[0])
         return {k: obs[k] for k in keys}
 
     def init(self, key: jax.Array, example_batch: Mapping[str, Any]):
@@ -198,3 +193,7 @@ def make_bc_transformer(mode: str = "rgb", **overrides) -> Policy:
 
 def make_bc_rnn(mode: str = "rgb", **overrides) -> Policy:
     return Policy(BCRNNNet(dataclasses.replace(BCRNNConfig(mode=mode), **overrides)))
+
+
+def make_bc_vilt(mode: str = "rgb", **overrides) -> Policy:
+    return Policy(BCViLTNet(dataclasses.replace(BCViLTConfig(mode=mode), **overrides)))

@@ -72,7 +72,9 @@ class GMMHead(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> GMMDist:
         for i, h in enumerate(self.hidden_sizes):
-            x = nn.relu(nn.Dense(h, name=f"mlp_{i}")(x))
+            x = nn.Dense(h, name=f"mlp_{i}")(x)
+            if i < len(self.hidden_sizes) - 1:  # LIBERO's shared MLP has no activation after its last layer
+                x = nn.relu(x)
         k, a = self.num_modes, self.action_dim
         lead = x.shape[:-1]
         means = jnp.tanh(nn.Dense(k * a, name="mean")(x)).reshape(*lead, k, a)
