@@ -1,0 +1,92 @@
+"""Optimizer and the jitted train step shared by every algorithm.
+
+LIBERO (configs/train/optimizer/adam_w.yaml, scheduler/cosine_annealing.yaml, algos/base.py): AdamW lr 1e-4, weight
+decay 1e-4, gradient norm clipped at 100, CosineAnnealingLR(T_max = n_epochs, eta_min = 1e-5) stepped once per epoch,
+and a fresh optimizer for every task. The learning rate is fed to the step as an argument (optax.inject_hyperparams),
+so one compiled step serves every task and epoch whatever the dataset sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from clbench_jax.algos.protocol import Algorithm
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-4
+    end_lr: float = 1e-5
+    weight_decay: float = 1e-4
+    grad_clip: float = 100.0
+
+
+def make_optimizer(cfg: OptimConfig = OptimConfig()) -> optax.GradientTransformation:
+    """clip(global norm) -> AdamW with an injectable learning rate (set per epoch by the step's `lr` argument)."""
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.grad_clip),
+        optax.inject_hyperparams(optax.adamw)(learning_rate=cfg.lr, weight_decay=cfg.weight_decay),
+    )
+
+
+def cosine_lr(i: int, t_max: int, cfg: OptimConfig = OptimConfig()) -> float:
+    """torch CosineAnnealingLR after `i` scheduler steps (closed form): end + (lr - end) (1 + cos(pi i / t_max)) / 2."""
+    return cfg.end_lr + (cfg.lr - cfg.end_lr) * (1.0 + math.cos(math.pi * i / max(t_max, 1))) / 2.0
+
+
+def _set_lr(opt_state, lr):
+    clip_state, adam_state = opt_state
+    hp = dict(adam_state.hyperparams, learning_rate=jnp.asarray(lr, jnp.float32))
+    return clip_state, adam_state._replace(hyperparams=hp)
+
+
+def make_train_step(policy, algo: Algorithm, optimizer: optax.GradientTransformation, *, mask_padding: bool = False,
+                    augment: bool = False):
+    """-> jitted step(params, opt_state, algo_state, batch, key, lr) -> (params, opt_state, info).
+
+    loss = BC NLL + algo.penalty; gradients clipped by global norm before AdamW (as torch clip_grad_norm_ then
+    step); algo.grad_mask multiplies the final updates, so masked weights stay exactly where they are (no weight
+    decay either). `mask_padding` drops padded steps from the NLL (LIBERO keeps them: default off). `augment` applies
+    clbench_jax.policies.augment.augment_batch to the image keys (RGB mode)."""
+    aug = None
+    if augment:
+        from clbench_jax.policies.augment import augment_batch as aug
+
+    def loss_fn(params, state, batch, key):
+        k_drop, k_aug = jax.random.split(key)
+        if aug is not None:
+            batch = dict(batch, obs=aug(k_aug, batch["obs"]))
+        if not mask_padding:
+            batch = {k: v for k, v in batch.items() if k != "mask"}
+        bc = policy.loss(params, batch, k_drop, train=True)
+        return bc + algo.penalty(params, state), bc
+
+    @jax.jit
+    def step(params, opt_state, state, batch, key, lr):
+        (loss, bc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, batch, key)
+        updates, opt_state = optimizer.update(grads, _set_lr(opt_state, lr), params)
+        mask = algo.grad_mask(params, state)
+        if mask is not None:
+            updates = jax.tree.map(lambda u, m: u * m.astype(u.dtype), updates, mask)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, {"loss": loss, "bc_loss": bc, "grad_norm": optax.tree.norm(grads)}
+
+    return step
+
+
+@lru_cache(maxsize=None)
+def make_loss_grad(policy):
+    """Jitted gradient of the batch-mean log-likelihood (train mode, as LIBERO's EWC computes its Fisher)."""
+
+    @jax.jit
+    def grad(params, batch, key):
+        batch = {k: v for k, v in batch.items() if k != "mask"}
+        return jax.grad(lambda p: -policy.loss(p, batch, key, train=True))(params)
+
+    return grad

@@ -1,0 +1,34 @@
+"""One orbax checkpoint per finished lifelong stage: arrays (params, algorithm state, optimizer state) and a JSON
+record (curves, success-matrix rows, logs). orbax writes into a temporary folder and renames it when complete, so
+a killed run leaves only whole stages behind."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+
+class StageCheckpoints:
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = os.path.abspath(os.fspath(directory))
+        opts = ocp.CheckpointManagerOptions(max_to_keep=None, create=True, enable_async_checkpointing=False)
+        self.manager = ocp.CheckpointManager(self.directory, options=opts)
+
+    def latest(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, stage: int, arrays: Any, record: dict) -> None:
+        self.manager.save(stage, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
+                                                         record=ocp.args.JsonSave(record)))
+        self.manager.wait_until_finished()
+
+    def restore(self, stage: int, like: Any) -> tuple[Any, dict]:
+        """Arrays shaped like `like` (a pytree of the same structure) and the JSON record of `stage`."""
+        out = self.manager.restore(stage, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(like),
+                                                                  record=ocp.args.JsonRestore()))
+        return out["arrays"], out["record"]
+
+    def close(self) -> None:
+        self.manager.close()

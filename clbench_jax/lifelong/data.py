@@ -1,0 +1,62 @@
+"""Demonstration data for the lifelong loop: one SequenceDataset per stage and policy-ready batches."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from clbench_jax.data.hdf5 import SequenceDataset
+from clbench_jax.errors import DataFileError
+
+# Dataset obs key -> policy obs key, per observation mode.
+OBS_KEYS = {
+    "state": {"joint_states": "joint_states", "gripper_states": "gripper_states",
+              "object_tokens": "tokens", "object_token_mask": "token_mask"},
+    "rgb": {"agentview_rgb": "agentview_rgb", "eye_in_hand_rgb": "eye_in_hand_rgb",
+            "joint_states": "joint_states", "gripper_states": "gripper_states"},
+}
+
+
+def demo_path(demos_dir: str, task) -> str:
+    """`<demos>/<suite>/<task>_demo.hdf5` (what `clbench demos collect --out demos` writes), else
+    `<demos>/<task>_demo.hdf5`."""
+    nested = os.path.join(demos_dir, task.suite, f"{task.name}_demo.hdf5")
+    return nested if os.path.exists(nested) else os.path.join(demos_dir, f"{task.name}_demo.hdf5")
+
+
+def open_dataset(demos_dir: str, tasks, mode: str, seq_len: int) -> SequenceDataset:
+    """Windows over the demo files of `tasks` (file_index = position in `tasks`)."""
+    paths = [demo_path(demos_dir, t) for t in tasks]
+    for t, p in zip(tasks, paths):
+        if not os.path.exists(p):
+            raise DataFileError("demo file not found (make it with `clbench demos collect`)", file=p, task=t.name)
+    return SequenceDataset(paths, seq_len=seq_len, obs_keys=tuple(OBS_KEYS[mode]), pad_end=True)
+
+
+def policy_batch(raw: dict, langs: np.ndarray, mode: str) -> dict:
+    """SequenceDataset batch -> {"obs", "lang", "actions", "mask"}; langs: (n_files, D) per file of the dataset."""
+    obs = {dst: raw[src] for src, dst in OBS_KEYS[mode].items()}
+    return {"obs": obs, "lang": langs[raw["file_index"]], "actions": raw["actions"], "mask": raw["pad_mask"]}
+
+
+def _pad_tokens(b: dict, e: int) -> dict:
+    obs = b["obs"]
+    if "tokens" not in obs or obs["tokens"].shape[2] == e:
+        return b
+    pad = e - obs["tokens"].shape[2]
+    tok = np.pad(obs["tokens"], ((0, 0), (0, 0), (0, pad), (0, 0)))
+    mask = np.pad(obs["token_mask"], ((0, 0), (0, 0), (0, pad)))
+    return dict(b, obs=dict(obs, tokens=tok, token_mask=mask))
+
+
+def concat_batches(batches: list[dict]) -> dict:
+    """Concatenate policy batches along the batch axis (object tokens padded to the largest count)."""
+    if len(batches) == 1:
+        return batches[0]
+    if "tokens" in batches[0]["obs"]:
+        e = max(b["obs"]["tokens"].shape[2] for b in batches)
+        batches = [_pad_tokens(b, e) for b in batches]
+    out = {k: np.concatenate([b[k] for b in batches]) for k in ("lang", "actions", "mask")}
+    out["obs"] = {k: np.concatenate([b["obs"][k] for b in batches]) for k in batches[0]["obs"]}
+    return out

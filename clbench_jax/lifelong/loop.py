@@ -1,0 +1,339 @@
+"""The lifelong loop: tasks in a LIBERO order, one stage per task (one stage for all tasks with multitask).
+
+Per stage s (LIBERO algos/base.py learn_one_task + main.py):
+  algo.start_task -> fresh optimizer -> epochs 0..E: epoch 0 only evaluates (zero-shot), epochs >= 1 train one
+  pass over the stage's windows; every `eval_every` epochs success is measured by batched rollouts on fixed
+  initial states and the best-success parameters are kept (strictly better only, so the first peak wins)
+  -> the best checkpoint is restored -> algo.end_task -> every seen task j is evaluated with algo.eval_params(j):
+  row s of the success matrix -> orbax checkpoint of the stage -> callbacks.
+A run that dies resumes from its last finished stage and reaches the same numbers: every key and numpy generator
+is derived from (seed, purpose, stage, epoch), never from a stream that a restart would reset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from functools import lru_cache
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+
+from clbench_jax.errors import ClbenchError, DataFileError
+from clbench_jax.lifelong.config import TrainConfig, dump_config
+from clbench_jax.lifelong.data import concat_batches, open_dataset, policy_batch
+
+DEFAULT_SEQ_LEN = 10
+
+
+def _tag(x) -> int:
+    return zlib.crc32(x.encode()) if isinstance(x, str) else int(x)
+
+
+def derive_key(root, *parts):
+    """A key for a named purpose: fold_in of each part (strings hashed) into the root key."""
+    for p in parts:
+        root = jax.random.fold_in(root, _tag(p))
+    return root
+
+
+def derive_rng(seed: int, *parts) -> np.random.Generator:
+    return np.random.default_rng([int(seed)] + [_tag(p) for p in parts])
+
+
+def _tuples(x):
+    return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+def make_policy(cfg: TrainConfig):
+    from clbench_jax.policies import bc
+
+    factory = {"bc_transformer": bc.make_bc_transformer, "bc_rnn": bc.make_bc_rnn,
+               "bc_vilt": bc.make_bc_vilt}[cfg.policy]
+    kwargs = {k: _tuples(v) for k, v in cfg.policy_kwargs.items()}  # YAML lists -> tuples (hashable configs)
+    try:
+        return factory(cfg.obs, **kwargs)
+    except TypeError as e:
+        raise ClbenchError(f"bad policy_kwargs for {cfg.policy}: {e}", field="policy_kwargs") from e
+
+
+def task_embeddings(tasks, cfg: TrainConfig) -> np.ndarray:
+    """(K, 384) language embeddings of the tasks' instructions (MiniLM), or their suite one-hots padded to 384."""
+    from clbench_jax.language import EMBED_DIM, one_hot_task_embedding
+
+    if cfg.lang == "onehot":
+        from clbench_jax.tasks.suites import SUITE_TASK_NAMES
+
+        names = SUITE_TASK_NAMES[cfg.suite]
+        return one_hot_task_embedding([names.index(t.name) for t in tasks], len(names), dim=EMBED_DIM)
+    from clbench_jax.language import load_minilm
+
+    return np.asarray(load_minilm().encode([t.instruction for t in tasks]), np.float32)
+
+
+@lru_cache(maxsize=None)
+def scene_for(scene_key: str):
+    """One Scene object per scene key, so compiled rollouts are reused across stages and runs."""
+    from clbench_jax.sim.scene import build_scene
+    from clbench_jax.tasks.suites import scene_tasks
+
+    return build_scene(scene_tasks(scene_key))
+
+
+_BANKS: dict = {}
+_STEPS: dict = {}
+
+
+def init_bank(scene, task, n: int, seed: int):
+    from clbench_jax.sim.init_states import make_init_bank
+
+    key = (id(scene), task.name, n, seed)
+    if key not in _BANKS:
+        _BANKS[key] = make_init_bank(scene, task, n, seed=seed)
+    return _BANKS[key]
+
+
+class Evaluator:
+    """success(params, algo_state, stages) -> (len(stages),) success rates, one batched rollout per scene.
+    Episodes of task j start from the same `n_eval` initial states and use the same keys at every call."""
+
+    def __init__(self, cfg: TrainConfig, policy, algo, tasks, langs, root_key, progress: bool):
+        from clbench_jax.policies.act import make_policy_fn
+
+        self.cfg, self.policy, self.algo, self.tasks, self.langs = cfg, policy, algo, tasks, langs
+        self.root, self.progress = root_key, progress
+        self.seq_len = getattr(policy.cfg, "seq_len", DEFAULT_SEQ_LEN)
+        kw = dict(deterministic=cfg.deterministic_eval, warmup=cfg.warmup)
+        self.fn = make_policy_fn(policy, stacked=algo.task_specific_eval, **kw)
+
+    def __call__(self, params, state, stages: Sequence[int]) -> np.ndarray:
+        from clbench_jax.policies.act import initial_pstate, obs_spec, stack_params
+        from clbench_jax.sim import rollout
+
+        cfg, n = self.cfg, self.cfg.n_eval
+        out = np.zeros(len(stages))
+        by_scene: dict[str, list[int]] = {}
+        for i, j in enumerate(stages):
+            by_scene.setdefault(self.tasks[j].scene, []).append(i)
+        for scene_key, idx in by_scene.items():
+            scene = scene_for(scene_key)
+            js = [stages[i] for i in idx]
+            banks = [init_bank(scene, self.tasks[j], n, cfg.eval_seed) for j in js]
+            ids = np.repeat([scene.task_index(self.tasks[j].name) for j in js], n)
+            keys = np.concatenate([np.asarray(jax.random.split(derive_key(self.root, "eval", j), n)) for j in js])
+            goals = jax.tree.map(lambda x: np.asarray(x)[ids][:, None], rollout.task_stack(scene).goal)
+            batch = rollout.EpisodeBatch(task_ids=ids, goals=goals, state=np.concatenate([b.state for b in banks]),
+                                         mocap=np.concatenate([b.mocap for b in banks]), keys=keys)
+            if self.algo.task_specific_eval:
+                p = stack_params([self.algo.eval_params(params, state, j) for j in js])
+            else:
+                p = self.algo.eval_params(params, state, js[0])
+            lang = np.repeat(self.langs[js], n, axis=0)
+            pstate = initial_pstate(p, lang, obs_spec(scene, cfg.obs, cfg.image_size), self.seq_len)
+            rec = rollout.rollout(scene, self.fn, pstate, batch, cfg.horizon, backend=cfg.backend,
+                                  warmup=cfg.warmup, obs_mode=cfg.obs, image_size=cfg.image_size,
+                                  progress=self.progress)
+            succ = np.asarray(rec.success[:, 0]).reshape(len(js), n).mean(1)
+            out[idx] = succ
+        return out
+
+
+def _write_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def _check_config(out_dir: str, cfg: TrainConfig) -> None:
+    """A results folder belongs to one config: write it, or refuse to resume under a different one."""
+    import yaml
+
+    path = os.path.join(out_dir, "config.yaml")
+    if os.path.exists(path):
+        with open(path) as f:
+            old = yaml.safe_load(f) or {}
+        new = yaml.safe_load(dump_config(cfg))
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if diff:
+            raise ClbenchError(f"results folder holds a run with a different config ({diff[0]}: "
+                               f"{old.get(diff[0])!r} != {new.get(diff[0])!r}); use another --out",
+                               file=path, field=diff[0])
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(dump_config(cfg))
+    os.replace(tmp, path)
+
+
+def success_matrix(rows: list[list[float]]) -> np.ndarray:
+    return np.array([[np.nan if v is None else v for v in r] for r in rows], float)
+
+
+def summarize(cfg: TrainConfig, tasks, record: dict, complete: bool) -> dict:
+    from clbench_jax.lifelong.metrics import lifelong_metrics
+
+    c = success_matrix(record["rows"])
+    out = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "complete": complete,
+           "success_matrix": record["rows"], "curves": record["curves"], "curve_epochs": record["curve_epochs"],
+           "losses": record["losses"], "best_epoch": record["best_epoch"], "logs": record["logs"],
+           "seconds": record["seconds"]}
+    if complete and c.size:
+        if c.shape[0] == c.shape[1]:
+            out.update(lifelong_metrics(c, record["curves"], cfg.hold_peak))
+        # Multitask (one row): the mean final success over tasks; LIBERO's paper reports only an AUC for it.
+        out["final_mean_success"] = float(np.nanmean(c[-1]))
+    return out
+
+
+def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable[[int, dict], None]] = (),
+                 progress: bool = True) -> dict:
+    """Train and evaluate a whole lifelong run into `out_dir` (resuming from its checkpoints) -> metrics dict."""
+    from tqdm.auto import tqdm
+
+    from clbench_jax.algos import make_algorithm
+    from clbench_jax.algos.protocol import TaskContext
+    from clbench_jax.algos.train import OptimConfig, cosine_lr, make_loss_grad, make_optimizer, make_train_step
+    from clbench_jax.lifelong.checkpoints import StageCheckpoints
+    from clbench_jax.tasks.suites import ordered_tasks
+
+    os.makedirs(out_dir, exist_ok=True)
+    _check_config(out_dir, cfg)
+    tasks = ordered_tasks(cfg.suite, cfg.order)[: cfg.n_tasks]
+    n_tasks = len(tasks)
+    policy = make_policy(cfg)
+    algo = make_algorithm(cfg.algo, **cfg.algo_kwargs)
+    seq_len = getattr(policy.cfg, "seq_len", DEFAULT_SEQ_LEN)
+    groups = [list(range(n_tasks))] if algo.joint else [[k] for k in range(n_tasks)]
+    datasets = [open_dataset(cfg.demos_dir, [tasks[k] for k in g], cfg.obs, seq_len) for g in groups]
+    if cfg.obs == "rgb":  # the policy must see demo frames and rollout frames of one size
+        for g, ds in zip(groups, datasets):
+            hw = tuple(ds.arrays["agentview_rgb"].shape[1:3])
+            if hw != (cfg.image_size, cfg.image_size):
+                raise DataFileError(f"demo images are {hw}, rollouts render {cfg.image_size} px (set image_size)",
+                                    file=ds.paths[0], task=tasks[g[0]].name, field="obs/agentview_rgb")
+    langs = task_embeddings(tasks, cfg)
+    root = jax.random.PRNGKey(cfg.seed)
+
+    params = policy.init(derive_key(root, "init"),
+                         policy_batch(datasets[0].gather(np.arange(1)), langs[groups[0]], cfg.obs))
+    state = algo.init(params, n_tasks)
+    ocfg = OptimConfig(cfg.lr, cfg.end_lr, cfg.weight_decay, cfg.grad_clip)
+    optimizer = make_optimizer(ocfg)
+    opt_state = optimizer.init(params)
+    augment = cfg.obs == "rgb"  # LIBERO augments images (pad-and-crop + colour jitter), never low-dim state
+    # Algorithms are pure functions of (name, config): a compiled step is reused by later runs in this process.
+    step_key = (policy, algo.name, json.dumps(algo.config, sort_keys=True), ocfg, cfg.mask_padding, augment)
+    if step_key not in _STEPS:
+        _STEPS[step_key] = make_train_step(policy, algo, optimizer, mask_padding=cfg.mask_padding, augment=augment)
+    step = _STEPS[step_key]
+    loss_grad = make_loss_grad(policy)
+    evaluate = Evaluator(cfg, policy, algo, tasks, langs, root, progress)
+
+    def batches(s, rng):
+        ds = datasets[s]
+        for i, raw in enumerate(ds.sample_batches(cfg.batch_size, rng, drop_last=len(ds) >= cfg.batch_size)):
+            if cfg.max_batches is not None and i >= cfg.max_batches:
+                return
+            yield policy_batch(raw, langs[groups[s]], cfg.obs)
+
+    def replay_batch(pairs):
+        parts = []
+        for u in np.unique(pairs[:, 0]):
+            w = pairs[pairs[:, 0] == u, 1]
+            parts.append(policy_batch(datasets[u].gather(w), langs[groups[u]], cfg.obs))
+        return concat_batches(parts)
+
+    def fit(params, state, s, epochs, train_epoch0, tag):
+        """LIBERO's learn_one_task (train_epoch0=False) or PackNet's post-prune fine-tuning (True)."""
+        opt_state = optimizer.init(params)
+        best, best_params, best_epoch = -1.0, params, 0
+        curve, eval_epochs, losses = [], [], []
+        bar = tqdm(range(epochs + 1), desc=f"stage {s} {tag}", leave=False, disable=not progress)
+        for epoch in bar:
+            if epoch > 0 or train_epoch0:
+                lr = cosine_lr(epoch if train_epoch0 else epoch - 1, cfg.epochs, ocfg)
+                rng, key = derive_rng(cfg.seed, "train", tag, s, epoch), derive_key(root, "train", tag, s, epoch)
+                total, nb = 0.0, 0
+                for i, b in enumerate(batches(s, rng)):
+                    pairs = algo.replay(state, rng, cfg.batch_size)
+                    if pairs is not None:
+                        b = concat_batches([b, replay_batch(pairs)])
+                    params, opt_state, info = step(params, opt_state, state, b, jax.random.fold_in(key, i), lr)
+                    total, nb = total + info["loss"], nb + 1
+                losses.append(float(total) / max(nb, 1))
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if epoch % cfg.eval_every == 0:
+                succ = float(evaluate(params, state, groups[s]).mean())
+                curve.append(succ)
+                eval_epochs.append(epoch)
+                if succ > best:
+                    best, best_params, best_epoch = succ, params, epoch
+                bar.set_postfix(success=f"{succ:.2f}", best=f"{best:.2f}")
+        return best_params, opt_state, {"curve": curve, "epochs": eval_epochs, "losses": losses,
+                                        "best_epoch": best_epoch}
+
+    ckpt = StageCheckpoints(os.path.join(out_dir, "checkpoints"))
+    record = {"curves": [], "curve_epochs": [], "losses": [], "best_epoch": [], "rows": [], "logs": [], "seconds": []}
+    start = 0
+    latest = ckpt.latest()
+    if latest is not None:
+        arrays, record = ckpt.restore(latest, {"params": params, "algo_state": state, "opt_state": opt_state})
+        params, state, opt_state = arrays["params"], arrays["algo_state"], arrays["opt_state"]
+        start = latest + 1
+    stage_bar = tqdm(range(start, len(groups)), desc=f"{cfg.algo} {cfg.suite}", disable=not progress,
+                     initial=start, total=len(groups))
+    for s in stage_bar:
+        t0 = time.perf_counter()
+        params, state = algo.start_task(params, state, s)
+        params, opt_state, info = fit(params, state, s, cfg.epochs, False, "main")
+        ctx = TaskContext(stage=s, n_windows=len(datasets[s]), batches=lambda rng, s=s: batches(s, rng),
+                          grad=loss_grad, fit=None, rng=derive_rng(cfg.seed, "end_task", s),
+                          key=derive_key(root, "end_task", s))
+
+        def post_fit(p, st, epochs, s=s, ctx=ctx):
+            p, _, post = fit(p, st, s, epochs, True, "post")
+            ctx.log["post_fit"] = post
+            return p
+
+        ctx.fit = post_fit
+        params, state = algo.end_task(params, state, s, ctx)
+        seen = groups[s] if algo.joint else list(range(s + 1))
+        succ = evaluate(params, state, seen)
+        row = [None] * n_tasks
+        for j, v in zip(seen, succ):
+            row[j] = float(v)
+        record["rows"].append(row)
+        record["curves"].append(info["curve"])
+        record["curve_epochs"].append(info["epochs"])
+        record["losses"].append(info["losses"])
+        record["best_epoch"].append(info["best_epoch"])
+        record["logs"].append(ctx.log)
+        record["seconds"].append(time.perf_counter() - t0)
+        ckpt.save(s, {"params": params, "algo_state": state, "opt_state": opt_state}, record)
+        _write_json(os.path.join(out_dir, "metrics.json"), summarize(cfg, tasks, record, complete=False))
+        stage_bar.set_postfix(success=f"{np.mean(succ):.2f}")
+        for cb in callbacks:
+            cb(s, record)
+    ckpt.close()
+    for ds in datasets:
+        ds.close()
+    metrics = summarize(cfg, tasks, record, complete=True)
+    _write_json(os.path.join(out_dir, "metrics.json"), metrics)
+    write_plots(out_dir, tasks, record, cfg)
+    return metrics
+
+
+def write_plots(out_dir: str, tasks, record: dict, cfg: TrainConfig) -> None:
+    from clbench_jax.lifelong.plots import plot_learning_curves, plot_success_matrix
+
+    c = success_matrix(record["rows"])
+    labels = [f"{i}:{t.name[:28]}" for i, t in enumerate(tasks)]
+    title = f"{cfg.algo} / {cfg.policy} ({cfg.obs}) on {cfg.suite}, order {cfg.order}, seed {cfg.seed}"
+    plot_success_matrix(c, labels, os.path.join(out_dir, "success_matrix.png"), title)
+    curve_labels = ["all tasks"] if len(record["curves"]) == 1 and c.shape[0] == 1 and len(tasks) > 1 else labels
+    plot_learning_curves(record["curves"], record["curve_epochs"], curve_labels,
+                         os.path.join(out_dir, "learning_curves.png"), title)

@@ -1,0 +1,177 @@
+"""The lifelong loop end to end on the real libero_goal scene (native MuJoCo rollouts) with small synthetic demo
+files: a killed run resumes to exactly the numbers of an uninterrupted one; PackNet / EWC / multitask plug in;
+bad input fails with typed errors."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from clbench_jax.data.hdf5 import write_demos
+from clbench_jax.errors import ClbenchError, DataFileError
+from clbench_jax.lifelong.config import load_config, make_config
+from clbench_jax.lifelong.loop import run_lifelong, scene_for
+from clbench_jax.policies.act import obs_spec
+from clbench_jax.tasks.suites import ordered_tasks
+
+SUITE, K = "libero_goal", 2
+TINY = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, gmm_hidden=[32], gmm_modes=2)
+BASE = dict(suite=SUITE, n_tasks=K, epochs=2, eval_every=1, n_eval=2, horizon=6, warmup=1, batch_size=8,
+            max_batches=2, lang="onehot", policy_kwargs=TINY)
+
+
+def _write_synthetic(folder, task, spec, seed, n_demos=2, length=12):
+    """Demo files in LIBERO's layout with random observations (the loop's data path, not a skill)."""
+    rng = np.random.default_rng(seed)
+    demos = []
+    for _ in range(n_demos):
+        obs = {"joint_states": rng.normal(size=(length, 7)).astype(np.float32),
+               "gripper_states": rng.normal(size=(length, 2)).astype(np.float32)}
+        if "tokens" in spec:
+            e, d = spec["tokens"][0]
+            mask = np.ones((length, e), bool)
+            mask[:, -2:] = False
+            obs["object_tokens"] = rng.normal(size=(length, e, d)).astype(np.float32)
+            obs["object_token_mask"] = mask
+        for k in ("agentview_rgb", "eye_in_hand_rgb"):
+            if k in spec:
+                obs[k] = rng.integers(0, 256, (length,) + spec[k][0], dtype=np.uint8)
+        demos.append({"obs": obs, "actions": rng.uniform(-1, 1, (length, 7)).astype(np.float32),
+                      "states": np.zeros((length, 4)), "robot_states": np.zeros((length, 9)),
+                      "rewards": np.zeros(length), "dones": np.eye(length)[-1]})
+    write_demos(os.path.join(folder, f"{task.name}_demo.hdf5"), demos, env_name="synthetic", problem_info={},
+                bddl_file_name=task.file, bddl_file_content="", env_args={})
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("demos"))
+    tasks = ordered_tasks(SUITE, 0)[:K]
+    spec = obs_spec(scene_for(tasks[0].scene), "state")
+    for i, t in enumerate(tasks):
+        _write_synthetic(folder, t, spec, seed=i)
+    return folder
+
+
+def _params(out, stage):
+    from clbench_jax.lifelong.checkpoints import StageCheckpoints
+
+    ck = StageCheckpoints(os.path.join(out, "checkpoints"))
+    raw = ck.manager.restore(stage)  # untyped restore: the arrays as saved
+    ck.close()
+    return raw["arrays"]["params"]
+
+
+def test_resume_after_kill_matches_uninterrupted_run(demos, tmp_path):
+    from clbench_jax.cli import main
+
+    cfg_file = tmp_path / "tiny.yaml"
+    import yaml
+    cfg_file.write_text(yaml.safe_dump({k: v for k, v in BASE.items()}))
+    full = str(tmp_path / "full")
+    rc = main(["train", "--config", str(cfg_file), "--algo", "er", "--demos", demos, "--out", full, "--seed", "3",
+               "--quiet"])
+    assert rc == 0
+    for f in ("config.yaml", "metrics.json", "success_matrix.png", "learning_curves.png"):
+        assert os.path.getsize(os.path.join(full, f)) > 0
+    m_full = json.load(open(os.path.join(full, "metrics.json")))
+
+    cfg = load_config(cfg_file, algo="er", demos_dir=demos, seed=3)
+    killed = str(tmp_path / "killed")
+
+    def die(stage, record):
+        if stage == 0:
+            raise KeyboardInterrupt("killed after stage 0")
+
+    with pytest.raises(KeyboardInterrupt):
+        run_lifelong(cfg, killed, callbacks=[die], progress=False)
+    partial = json.load(open(os.path.join(killed, "metrics.json")))
+    assert not partial["complete"] and len(partial["success_matrix"]) == 1
+    m_res = run_lifelong(cfg, killed, progress=False)
+
+    for k in ("success_matrix", "curves", "curve_epochs", "losses", "best_epoch", "fwt", "nbt", "auc"):
+        assert m_res[k] == m_full[k], k
+    jax.tree.map(np.testing.assert_array_equal, _params(full, K - 1), _params(killed, K - 1))
+    # Shape of the protocol: K x K lower-triangular matrix, curves at epochs 0..E, success multiples of 1/n_eval.
+    c = m_full["success_matrix"]
+    assert [len(r) for r in c] == [K, K] and c[0][1] is None and c[1][0] is not None
+    assert m_full["curve_epochs"] == [[0, 1, 2]] * K
+    assert all(v * BASE["n_eval"] == int(v * BASE["n_eval"]) for row in m_full["curves"] for v in row)
+    assert len(m_full["losses"][0]) == BASE["epochs"] and np.isfinite(m_full["losses"]).all()
+    assert m_full["logs"][0]["buffer_added"] == min(1000, 2 * 12)  # ER: every window of the small first task
+
+
+@pytest.mark.slow
+def test_packnet_and_multitask_plug_in(demos, tmp_path):
+    cfg = make_config(dict(BASE, algo="packnet", demos_dir=demos, algo_kwargs={"post_prune_epochs": 1}))
+    m = run_lifelong(cfg, str(tmp_path / "packnet"), progress=False)
+    assert len(m["success_matrix"]) == K
+    assert m["logs"][0]["post_fit"]["epochs"] == [0, 1]  # post-prune fine-tuning trains from epoch 0
+    kept = m["logs"][0]["kept_weights"]
+    params = _params(str(tmp_path / "packnet"), K - 1)
+    n_kernel = sum(x.size for p, x in jax.tree_util.tree_leaves_with_path(params) if p[-1].key == "kernel")
+    assert kept == pytest.approx(0.25 * n_kernel, abs=len(jax.tree.leaves(params)))
+
+    cfg = make_config(dict(BASE, algo="multitask", demos_dir=demos))
+    m = run_lifelong(cfg, str(tmp_path / "mt"), progress=False)
+    assert len(m["success_matrix"]) == 1 and all(v is not None for v in m["success_matrix"][0])
+    assert "fwt" not in m and 0.0 <= m["final_mean_success"] <= 1.0
+
+
+def test_bad_input_is_named(demos, tmp_path):
+    with pytest.raises(DataFileError, match="task open_the_middle_drawer_of_the_cabinet"):
+        run_lifelong(make_config(dict(BASE, demos_dir=str(tmp_path))), str(tmp_path / "x"), progress=False)
+    with pytest.raises(ClbenchError, match="unknown config key"):
+        make_config(dict(BASE, epoch=3))
+    with pytest.raises(ClbenchError, match="algo"):
+        run_lifelong(make_config(dict(BASE, algo="nope", demos_dir=demos)), str(tmp_path / "y"), progress=False)
+    out = str(tmp_path / "z")
+    os.makedirs(out)
+    with open(os.path.join(out, "config.yaml"), "w") as f:
+        f.write("seed: 99\n")
+    with pytest.raises(ClbenchError, match="different config"):
+        run_lifelong(make_config(dict(BASE, demos_dir=demos)), out, progress=False)
+
+
+@pytest.mark.slow
+def test_rgb_packnet_run(tmp_path):
+    """RGB observations end to end: rendered 32 px cameras in the rollouts, image windows in training (augmented
+    when clbench_jax.policies.augment exists), PackNet's stacked per-task evaluation."""
+    tasks = ordered_tasks(SUITE, 0)[:K]
+    spec = obs_spec(scene_for(tasks[0].scene), "rgb", image_size=32)
+    for i, t in enumerate(tasks):
+        _write_synthetic(str(tmp_path), t, spec, seed=i, length=8)
+    tiny = dict(TINY, resnet_widths=[8, 16], num_kp=4)
+    cfg = make_config(dict(BASE, obs="rgb", image_size=32, n_eval=1, horizon=3, epochs=1, batch_size=4,
+                           max_batches=1, policy_kwargs=tiny, algo="packnet", demos_dir=str(tmp_path),
+                           algo_kwargs={"post_prune_epochs": 1}))
+    m = run_lifelong(cfg, str(tmp_path / "out"), progress=False)
+    assert [len(r) for r in m["success_matrix"]] == [K, K] and np.isfinite(m["losses"]).all()
+
+
+@pytest.mark.parametrize("algo", ["packnet", "ewc", "er"])
+def test_checkpoint_round_trip_of_algorithm_state(tmp_path, algo):
+    """Every algorithm's state and the optimizer state come back from orbax exactly, with their structure."""
+    from clbench_jax.algos import make_algorithm
+    from clbench_jax.algos.train import make_optimizer
+    from clbench_jax.lifelong.checkpoints import StageCheckpoints
+
+    rng = np.random.default_rng(0)
+    params = {"dense": {"kernel": rng.normal(size=(6, 4)).astype(np.float32), "bias": np.zeros(4, np.float32)},
+              "ln": {"scale": np.ones(4, np.float32)}}
+    a = make_algorithm(algo)
+    state = a.init(params, 3)
+    params, state = a.start_task(params, state, 1)
+    opt = make_optimizer()
+    arrays = {"params": params, "algo_state": state, "opt_state": opt.init(params)}
+    ck = StageCheckpoints(tmp_path / "ck")
+    ck.save(1, arrays, {"rows": [[0.5, None]]})
+    assert ck.latest() == 1
+    like = {"params": params, "algo_state": a.init(params, 3), "opt_state": opt.init(params)}
+    back, record = ck.restore(1, like)
+    ck.close()
+    assert record == {"rows": [[0.5, None]]}
+    assert jax.tree.structure(back) == jax.tree.structure(arrays)
+    jax.tree.map(np.testing.assert_array_equal, back, arrays)
