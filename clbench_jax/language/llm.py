@@ -1,0 +1,239 @@
+"""LLM variant generator: the `openai` client against any OpenAI-compatible Chat Completions endpoint.
+
+Defaults are seed 000's: gpt-4.1-mini, temperature 0.7, top_p 0.9, 2,048 output tokens, seed 101, five paraphrases
+and one candidate per slot per task. The system prompt and task template are files in configs/prompts/. Every raw
+response is stored verbatim with its request under the cache folder, keyed by the request's hash, and a cached
+response is never requested again (so an interrupted build resumes for free). Timeouts, rate limits, connection and
+server errors are retried with exponential backoff, then the task's request fails with an `LLMRequestError`; a
+response that is not valid JSON or breaks the schema becomes rejected candidates with reasons, never a crash.
+
+Endpoint and key: `base_url` (or $CLBENCH_LLM_BASE_URL, then $OPENAI_BASE_URL; default api.openai.com) and the
+key from $OPENAI_API_KEY (a local server without keys gets a placeholder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from string import Template
+
+from clbench_jax.errors import ClbenchError
+from clbench_jax.language import frames as F
+from clbench_jax.language.variants import Candidate
+from clbench_jax.tasks.adapter import SUPPORTED_GOAL_PREDICATES
+from clbench_jax.tasks.spec import TaskSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class LLMRequestError(ClbenchError):
+    """The endpoint kept failing (timeouts, rate limits, server errors) or refused the request."""
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    model: str = "gpt-4.1-mini"
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_tokens: int = 2048
+    seed: int = 101
+    n_paraphrases: int = 5
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 60.0
+    retries: int = 4                 # extra attempts after the first
+    backoff_s: float = 2.0           # sleep backoff_s * 2**attempt between attempts
+    cache_dir: str = "runs/llm_cache"
+    system_prompt: str = str(REPO / "configs" / "prompts" / "variants_system.txt")
+    task_prompt: str = str(REPO / "configs" / "prompts" / "variants_task.txt")
+
+    def endpoint(self) -> str | None:
+        return self.base_url or os.environ.get("CLBENCH_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
+
+
+def load_config(path: str | Path, **overrides) -> LLMConfig:
+    """LLMConfig from a YAML file of its field names (flags given as `overrides` win)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as e:
+        raise ClbenchError(f"cannot read the LLM config: {e.strerror}", file=str(path)) from None
+    except yaml.YAMLError as e:
+        raise ClbenchError(f"LLM config is not valid YAML: {e}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise ClbenchError("LLM config must be a mapping of LLMConfig fields", file=str(path))
+    known = {f.name for f in fields(LLMConfig)}
+    for k in data:
+        if k not in known:
+            raise ClbenchError(f"unknown LLM config key; known: {sorted(known)}", file=str(path), field=k)
+    return LLMConfig(**{**data, **overrides})
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as e:
+        raise ClbenchError(f"cannot read the {what}: {e.strerror}", file=path) from None
+
+
+def build_messages(task: TaskSpec, tf: F.TaskFrames, cfg: LLMConfig) -> list[dict]:
+    """The system prompt and the filled task template."""
+    lines = []
+    for i, f in enumerate(tf.frames):
+        slots = ", ".join(f"{k}={f.slot(k).value}/{f.slot(k).text!r}" for k in F.SLOTS if f.slot(k) is not None)
+        lines.append(f"  [{i}] {f.atom}{' (implicit: not said)' if f.implicit else ''}: {slots}")
+    ents = [f"  {n} ({c})" for n, c in sorted({**task.objects, **task.fixtures}.items())]
+    ents += [f"  {r} (region)" for r in sorted(task.regions)]
+    user = Template(_read(cfg.task_prompt, "task prompt template")).substitute(
+        task=task.name, instruction=task.instruction, goal="(And " + " ".join(map(str, task.goal)) + ")",
+        frames="\n".join(lines), entities="\n".join(ents), predicates=", ".join(sorted(SUPPORTED_GOAL_PREDICATES)),
+        n_paraphrases=cfg.n_paraphrases, slots=", ".join(F.SLOTS))
+    return [{"role": "system", "content": _read(cfg.system_prompt, "system prompt")},
+            {"role": "user", "content": user}]
+
+
+def request_of(messages: list[dict], cfg: LLMConfig) -> dict:
+    return {"model": cfg.model, "messages": messages, "temperature": cfg.temperature, "top_p": cfg.top_p,
+            "max_tokens": cfg.max_tokens, "seed": cfg.seed}
+
+
+def request_key(request: dict) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _client(cfg: LLMConfig):
+    import openai
+
+    key = os.environ.get(cfg.api_key_env)
+    if not key:
+        if not cfg.endpoint():
+            raise LLMRequestError(f"no API key: set ${cfg.api_key_env} (or a local endpoint with "
+                                  "$CLBENCH_LLM_BASE_URL), or use --generator offline", field=cfg.api_key_env)
+        key = "no-key"  # local OpenAI-compatible servers accept any key
+    return openai.OpenAI(base_url=cfg.endpoint(), api_key=key, timeout=cfg.timeout_s, max_retries=0)
+
+
+def complete(request: dict, cfg: LLMConfig, *, task: str, client=None, sleep=time.sleep) -> dict:
+    """The cached record {request, response (raw body), content} for a request; asks the endpoint only on a miss."""
+    import openai
+
+    path = Path(cfg.cache_dir) / f"{request_key(request)}.json"
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            pass  # a torn cache file (writes are atomic, so only from elsewhere): ask again
+    client = client or _client(cfg)
+    transient = (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
+                 openai.InternalServerError)
+    for attempt in range(cfg.retries + 1):
+        try:
+            raw = client.chat.completions.with_raw_response.create(**request)
+            body = raw.http_response.text
+            break
+        except transient as e:
+            last = e
+            if attempt < cfg.retries:
+                sleep(cfg.backoff_s * 2 ** attempt)
+        except openai.APIStatusError as e:  # 4xx other than 429: retrying cannot help
+            raise LLMRequestError(f"the endpoint refused the request: HTTP {e.status_code} {e.message}",
+                                  task=task, field="request") from None
+    else:
+        why = f"HTTP {last.status_code}" if isinstance(last, openai.APIStatusError) else type(last).__name__
+        raise LLMRequestError(f"request failed after {cfg.retries + 1} attempts ({why}) at "
+                              f"{cfg.endpoint() or 'api.openai.com'}", task=task, field="request")
+    try:
+        content = json.loads(body)["choices"][0]["message"]["content"] or ""
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+        content = None  # an answer that is not a Chat Completion: kept verbatim, parsed as rejected
+    record = {"request": request, "response": body, "content": content}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+    return record
+
+
+def _strip_fences(text: str) -> str:
+    t = text.strip()
+    if t.startswith("```"):
+        t = t.split("\n", 1)[1] if "\n" in t else ""
+        t = t.rsplit("```", 1)[0]
+    return t
+
+
+def parse_response(content: str | None, prov: dict, n_paraphrases: int) -> list[Candidate]:
+    """The model's JSON -> candidates; anything malformed becomes a rejected candidate with the reason."""
+    def bad(why: str) -> list[Candidate]:
+        out = [Candidate("paraphrase", (content or "")[:200], provenance=prov, rejected=why)]
+        for s in F.SLOTS:
+            out += [Candidate("contrast", "", slot=s, provenance=prov, rejected=why),
+                    Candidate("collision", "", slot=s, provenance=prov, rejected=why)]
+        return out
+
+    if content is None:
+        return bad("the response is not a Chat Completion")
+    try:
+        doc = json.loads(_strip_fences(content))
+    except json.JSONDecodeError as e:
+        return bad(f"response is not valid JSON ({e.msg} at line {e.lineno})")
+    if not isinstance(doc, dict):
+        return bad("response JSON is not an object")
+    out: list[Candidate] = []
+    paras = doc.get("paraphrases")
+    if not isinstance(paras, list):
+        out.append(Candidate("paraphrase", "", provenance=prov, rejected="'paraphrases' is not a list"))
+        paras = []
+    for p in paras[:n_paraphrases]:
+        ok = isinstance(p, str) and p.strip()
+        out.append(Candidate("paraphrase", p.strip() if ok else json.dumps(p)[:200], provenance=prov,
+                             rejected=None if ok else "paraphrase is not a non-empty string"))
+    for cond, need in (("contrast", ("slot", "text", "goal")), ("collision", ("slot", "text", "absent",
+                                                                              "absent_kind"))):
+        items = doc.get(cond + "s")
+        if not isinstance(items, list):
+            out += [Candidate(cond, "", slot=s, provenance=prov, rejected=f"'{cond}s' is not a list")
+                    for s in F.SLOTS]
+            continue
+        for it in items:
+            if not isinstance(it, dict) or it.get("slot") not in F.SLOTS:
+                out.append(Candidate(cond, json.dumps(it)[:200], slot=None, provenance=prov,
+                                     rejected="entry has no known 'slot'"))
+                continue
+            text = it.get("text")
+            if text == "" or text is None:  # the model says there is no honest alternative
+                out.append(Candidate(cond, "", slot=it["slot"], provenance=prov,
+                                     rejected=f"model: {it.get('note') or 'no alternative'}"))
+                continue
+            missing = [k for k in need if not isinstance(it.get(k), str) or not it.get(k)]
+            out.append(Candidate(cond, str(text), slot=it["slot"], goal_text=it.get("goal"),
+                                 absent=it.get("absent"), absent_kind=it.get("absent_kind"), provenance=prov,
+                                 rejected=f"missing or non-string {missing}" if missing else None))
+    return out
+
+
+class LLMGenerator:
+    name = "llm"
+
+    def __init__(self, cfg: LLMConfig | None = None, client=None, sleep=time.sleep):
+        self.cfg = cfg or LLMConfig()
+        self._client, self._sleep = client, sleep
+
+    def describe(self) -> dict:
+        d = asdict(self.cfg)
+        d["base_url"] = self.cfg.endpoint()
+        return {"name": self.name, **{k: v for k, v in d.items() if k != "api_key_env"}}
+
+    def propose(self, task: TaskSpec, tf: F.TaskFrames) -> list[Candidate]:
+        request = request_of(build_messages(task, tf, self.cfg), self.cfg)
+        if self._client is None and not (Path(self.cfg.cache_dir) / f"{request_key(request)}.json").is_file():
+            self._client = _client(self.cfg)  # one client for the whole build, made on the first cache miss
+        record = complete(request, self.cfg, task=task.name, client=self._client, sleep=self._sleep)
+        prov = {"generator": "llm", "model": self.cfg.model, "request": request_key(request),
+                "cache": str(Path(self.cfg.cache_dir) / f"{request_key(request)}.json")}
+        return parse_response(record["content"], prov, self.cfg.n_paraphrases)
