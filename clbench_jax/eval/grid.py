@@ -1,0 +1,448 @@
+"""The evaluation grid: checkpoints x tasks x instruction variants x rollout seeds, as batched rollouts.
+
+Axes (DESIGN principle 1):
+- checkpoint: `Checkpoint(method, seed, stage, load)`; `load(j)` gives the parameters that act on task j (the
+  same pytree for most methods, a per-task selection for PackNet-like ones). One policy architecture throughout.
+- task j: position in the task order; only cells with j <= stage run.
+- instruction variant: (text embedding, goal table, condition). Goal columns of task j (`goal_columns`) are its
+  unique executable goals -- the original goal first, then each contrast goal -- and every episode of task j
+  records success for all of them (the language metrics need them); `target` names the variant's own column.
+- rollout r: initial state r of the task's settled bank and a policy-noise key, both derived from (grid seed,
+  task, r) only, so every checkpoint and variant meets the same paired starts and noise.
+
+An episode runs with goal 0 = its variant's goal (it stops once that holds, as LIBERO's episodes do; collisions
+have no goal and run the full horizon), followed by the task's goal columns.
+
+Work is cut into chunks of `chunk` episodes: whole (cell, variant) groups of `n_rollouts` episodes, one scene per
+chunk, the last chunk padded so every chunk has the same shapes (one compile). D devices run D chunks per rollout
+(shard.py). Each finished chunk is written to `chunks/NNNNN.h5` atomically, so an interrupted grid resumes with
+the chunks it lacks and ends with identical results. A cell that cannot run (parameters of the wrong shape,
+non-finite parameters, an exception in its chunk) is recorded with the reason and the grid goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from clbench_jax.errors import ClbenchError
+from clbench_jax.eval import episodes
+from clbench_jax.tasks.spec import TaskSpec
+
+CONDITIONS = ("original", "paraphrase", "contrast", "collision")
+NEVER = (("false",),)  # the stop goal of a collision episode (runs the full horizon) and goal-column padding
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str
+    condition: str  # original | paraphrase | contrast | collision
+    text: str
+    goal: tuple | None  # atoms ((pred, *args), ...); None for collisions (no executable goal)
+    slot: str = ""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    method: str
+    seed: int
+    stage: int
+    load: Callable[[int], Any]  # task position j -> parameter pytree acting on task j
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    tasks: tuple[TaskSpec, ...]  # the task order: task j = tasks[j]
+    variants: tuple[tuple[Variant, ...], ...]  # per task, original first
+    n_rollouts: int = 20
+    horizon: int = 600
+    warmup: int = 5
+    seed: int = 0  # initial-state bank and policy noise
+    backend: str = "native"
+    mjx_impl: str = "jax"  # "warp" on NVIDIA GPUs
+    obs: str = "state"
+    image_size: int = 128
+    deterministic: bool = False
+    chunk: int = 64  # episodes per chunk (per device)
+    group_loop: bool | None = None  # policy over parameter groups: lax.map (True) or vmap; None: map on CPUs
+
+    @property
+    def loop(self) -> bool:
+        return jax.default_backend() == "cpu" if self.group_loop is None else self.group_loop
+
+    def settings(self) -> dict:
+        """Every field but the task and variant axes."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("tasks", "variants")}
+        d["group_loop"] = self.loop
+        return d
+
+    def fingerprint(self, checkpoints: Sequence[Checkpoint], policy) -> str:
+        d = self.settings()
+        d["tasks"] = [t.name for t in self.tasks]
+        d["variants"] = [[asdict(v) for v in vs] for vs in self.variants]
+        d["checkpoints"] = [(c.method, c.seed, c.stage) for c in checkpoints]
+        d["policy"] = repr(policy.cfg)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------- variants
+def _atoms(goal) -> tuple:
+    return tuple((a.pred, *a.args) if hasattr(a, "pred") else tuple(a) for a in goal)
+
+
+def original_variant(task: TaskSpec) -> Variant:
+    return Variant(f"{task.name}/original", "original", task.instruction, _atoms(task.goal))
+
+
+def variants_from_file(path, tasks: Sequence[TaskSpec]) -> tuple[tuple[Variant, ...], ...]:
+    """Per task: the original instruction, then the file's retained variants (a clbench-variants JSON file,
+    language/variants.py): text, condition, and a goal override for contrasts."""
+    from clbench_jax.language.variants import read_variants
+
+    doc = read_variants(path)
+    by_name = {t["task"]: t for t in doc["tasks"]}
+    out = []
+    for task in tasks:
+        vs = [original_variant(task)]
+        for v in by_name.get(task.name, {}).get("variants", []):
+            if not v["retained"] or v["condition"] == "original":
+                continue
+            goal = v.get("goal")
+            if v["condition"] == "collision":
+                goal = None
+            elif goal is None:
+                if v["condition"] == "contrast":
+                    raise ClbenchError("a contrast variant needs a goal", file=str(path), task=task.name,
+                                       field=f"variants[{v['id']}].goal")
+                goal = vs[0].goal
+            vs.append(Variant(v["id"], v["condition"], v["text"], None if goal is None else _atoms(goal),
+                              v.get("slot") or ""))
+        out.append(tuple(vs))
+    return tuple(out)
+
+
+def goal_columns(variants: Sequence[Variant]) -> list[tuple]:
+    """Task j's goal columns: unique executable goals in variant order (the original's first)."""
+    cols: list[tuple] = []
+    for v in variants:
+        if v.goal is not None and v.goal not in cols:
+            cols.append(v.goal)
+    return cols
+
+
+def target_column(variants: Sequence[Variant], v: Variant) -> int:
+    return -1 if v.goal is None else goal_columns(variants).index(v.goal)
+
+
+def embed_variants(spec: GridSpec, lang: str = "minilm", suite: str | None = None) -> list[np.ndarray]:
+    """Per task, (V_j, 384) embeddings: MiniLM of each variant's text, or (lang='onehot', the lifelong loop's
+    ablation) the task's suite one-hot for every variant -- then variants differ only in their goal."""
+    from clbench_jax.language import EMBED_DIM, one_hot_task_embedding
+
+    if lang == "onehot":
+        from clbench_jax.tasks.suites import SUITE_TASK_NAMES
+
+        names = SUITE_TASK_NAMES[suite]
+        return [np.repeat(one_hot_task_embedding([names.index(t.name)], len(names), dim=EMBED_DIM), len(vs), 0)
+                for t, vs in zip(spec.tasks, spec.variants)]
+    if lang != "minilm":
+        raise ClbenchError(f"unknown language embedding {lang!r} (minilm | onehot)", field="lang")
+    from clbench_jax.language import load_minilm
+
+    enc = load_minilm()
+    return [np.asarray(enc.encode([v.text for v in vs]), np.float32) for vs in spec.variants]
+
+
+# ----------------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class Group:
+    """R episodes: one checkpoint, one task, one variant."""
+    ck: int
+    task: int
+    variant: int
+
+
+def plan(spec: GridSpec, checkpoints: Sequence[Checkpoint]) -> list[tuple[str, tuple[Group, ...]]]:
+    """Chunks as (scene key, groups): valid cells only, grouped by scene, each chunk chunk // n_rollouts groups."""
+    per_chunk = max(1, spec.chunk // spec.n_rollouts)
+    by_scene: dict[str, list[Group]] = {}
+    for ci, ck in enumerate(checkpoints):
+        for j in range(min(ck.stage + 1, len(spec.tasks))):
+            for v in range(len(spec.variants[j])):
+                by_scene.setdefault(spec.tasks[j].scene, []).append(Group(ci, j, v))
+    return [(key, tuple(gs[i:i + per_chunk])) for key, gs in by_scene.items() for i in range(0, len(gs), per_chunk)]
+
+
+# ----------------------------------------------------------------------------------------------- run
+def run_grid(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy, out_dir, *, lang: str = "minilm",
+             suite: str | None = None, embeddings: list[np.ndarray] | None = None, n_devices: int | None = None,
+             progress: bool = True, on_chunk: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+    """Run (or resume) the grid into `out_dir` -> the episode columns (also written to episodes.h5).
+
+    `embeddings`: per task (V_j, D) language embeddings (default: `embed_variants(spec, lang, suite)`).
+    `on_chunk(i)` is called after chunk i is written (progress hooks; tests interrupt the grid there)."""
+    from tqdm.auto import tqdm
+
+    from clbench_jax.eval import shard
+
+    check_spec(spec)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fp = spec.fingerprint(checkpoints, policy)
+    _check_manifest(out, fp, spec, checkpoints)
+    chunks = plan(spec, checkpoints)
+    todo = shard.host_share(pending_chunks(out, len(chunks)))
+    mesh = shard.device_mesh(n_devices)
+    if embeddings is None:
+        embeddings = embed_variants(spec, lang, suite)
+    runner = _Runner(spec, checkpoints, policy, mesh, embeddings)
+    per_scene: dict[str, list[int]] = {}
+    for i in todo:
+        per_scene.setdefault(chunks[i][0], []).append(i)
+    eps = lambda ids: sum(len(chunks[i][1]) for i in ids) * spec.n_rollouts  # noqa: E731
+    bar = tqdm(total=eps(range(len(chunks))), initial=eps(range(len(chunks))) - eps(todo), unit="ep",
+               desc=f"grid ({mesh.size} device{'s' * (mesh.size > 1)})", disable=not progress)
+    for scene_key, ids in per_scene.items():
+        for s in range(0, len(ids), mesh.size):
+            batch_ids = ids[s:s + mesh.size]
+            for i, cols in zip(batch_ids, runner.run(scene_key, [chunks[i][1] for i in batch_ids])):
+                episodes.write_columns(_chunk_path(out, i), cols, {"fingerprint": fp, "chunk": i})
+                bar.update(len(chunks[i][1]) * spec.n_rollouts)
+                if on_chunk is not None:
+                    on_chunk(i)
+    bar.close()
+    shard.wait_for_hosts("clbench-grid")
+    return merge(out, len(chunks), fp)
+
+
+def check_spec(spec: GridSpec) -> None:
+    """Settings errors stop the grid before it starts (only per-cell trouble is recorded and skipped)."""
+    bad = [(f, v) for f, v, ok in (
+        ("n_rollouts", spec.n_rollouts, spec.n_rollouts >= 1), ("chunk", spec.chunk, spec.chunk >= 1),
+        ("horizon", spec.horizon, spec.horizon >= 1), ("backend", spec.backend, spec.backend in ("native", "mjx")),
+        ("obs", spec.obs, spec.obs in ("state", "rgb")),
+        ("obs", spec.obs, not (spec.backend == "mjx" and spec.obs == "rgb"))) if not ok]
+    if bad:
+        f, v = bad[0]
+        why = ("the mjx backend has no RGB observations yet (rollout.py); use backend native for RGB"
+               if f == "obs" and v == "rgb" else "bad value")
+        raise ClbenchError(f"{why}: {v!r}", field=f"grid.{f}")
+    if len(spec.variants) != len(spec.tasks) or any(not vs or vs[0].condition != "original" for vs in spec.variants):
+        raise ClbenchError("every task needs its variants, the original instruction first", field="grid.variants")
+
+
+def _chunk_path(out: Path, i: int) -> Path:
+    return out / "chunks" / f"{i:05d}.h5"
+
+
+def pending_chunks(out_dir, n_chunks: int) -> list[int]:
+    """Chunks of a grid folder not yet written."""
+    return [i for i in range(n_chunks) if not _chunk_path(Path(out_dir), i).exists()]
+
+
+def _check_manifest(out: Path, fp: str, spec: GridSpec, checkpoints) -> None:
+    """A grid folder belongs to one grid: refuse to resume a different one into it."""
+    path = out / "grid.json"
+    if path.exists():
+        old = json.loads(path.read_text()).get("fingerprint")
+        if old != fp:
+            raise ClbenchError(f"folder holds another grid (fingerprint {old}, this grid {fp}); use another folder",
+                               file=str(path), field="fingerprint")
+        return
+    doc = {"fingerprint": fp, "tasks": [t.name for t in spec.tasks],
+           "checkpoints": [[c.method, c.seed, c.stage] for c in checkpoints],
+           "goal_columns": [[list(map(list, g)) for g in goal_columns(vs)] for vs in spec.variants],
+           "spec": spec.settings()}
+    tmp = path.with_name("grid.json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(path)
+
+
+def merge(out: Path, n_chunks: int, fp: str) -> dict[str, np.ndarray] | None:
+    """All chunk files, in plan order -> episodes.h5 (None while chunks are missing, e.g. other hosts')."""
+    paths = [_chunk_path(out, i) for i in range(n_chunks)]
+    if not all(p.exists() for p in paths):
+        return None
+    parts = []
+    for p in paths:
+        cols, meta = episodes.read_columns(p)
+        if meta.get("fingerprint") != fp:
+            raise ClbenchError("chunk file from another grid", file=str(p), field="fingerprint")
+        parts.append(cols)
+    cols = episodes.concat(parts)
+    meta = json.loads((out / "grid.json").read_text())
+    if jax.process_index() == 0:
+        episodes.write_columns(out / "episodes.h5", cols, meta)
+    return cols
+
+
+class _Runner:
+    """Builds and runs the batched rollout of D chunks of one scene."""
+
+    def __init__(self, spec: GridSpec, checkpoints, policy, mesh, embeddings):
+        from clbench_jax.eval import shard
+        from clbench_jax.lifelong.loop import DEFAULT_SEQ_LEN
+
+        self.spec, self.checkpoints, self.policy, self.mesh = spec, checkpoints, policy, mesh
+        self.lang = [np.asarray(e, np.float32) for e in embeddings]
+        self.seq_len = getattr(policy.cfg, "seq_len", DEFAULT_SEQ_LEN)
+        self.fn = shard.sharded_policy_fn(policy, mesh, spec.deterministic, spec.warmup, spec.loop)
+        self.k = max(len(goal_columns(vs)) for vs in spec.variants)
+        self._goals: dict[tuple, Any] = {}
+
+    def _scene(self, key):
+        from clbench_jax.lifelong.loop import scene_for
+
+        return scene_for(key)
+
+    def _goal_stack(self, scene, j: int, v: int):
+        """(1 + K, ...) goal tables of (task j, variant v): its stop goal, then the task's goal columns."""
+        from clbench_jax.sim import env
+        from clbench_jax.sim.predicates import compile_goal
+        from clbench_jax.sim.scene import GOAL_ROWS
+
+        if (j, v) not in self._goals:
+            task, vs = self.spec.tasks[j], self.spec.variants[j]
+            cols = goal_columns(vs)
+            goals = [vs[v].goal or NEVER] + cols + [NEVER] * (self.k - len(cols))
+            self._goals[(j, v)] = env.stack([compile_goal(scene.layout, g, GOAL_ROWS, task=task.name,
+                                                          file=task.file) for g in goals])
+        return self._goals[(j, v)]
+
+    def _reference(self, scene):
+        return param_shapes(self.policy, scene.key, self.spec.obs, self.spec.image_size, self.seq_len,
+                            self.lang[0].shape[1])
+
+    def _params(self, scene, g: Group, cache: dict):
+        """(params, None) or (placeholder, reason) for the cell of group g."""
+        key = (g.ck, g.task)
+        if key not in cache:
+            ref = self._reference(scene)
+            try:
+                p = self.checkpoints[g.ck].load(g.task)
+                reason = check_params(p, ref)
+            except Exception as e:  # a checkpoint that cannot be loaded fails its cell, not the grid
+                p, reason = None, f"cannot load parameters: {type(e).__name__}: {e}"
+            if reason is not None:
+                p = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), ref)
+            cache[key] = (p, reason)
+        return cache[key]
+
+    def run(self, scene_key: str, chunk_groups: list[tuple[Group, ...]]) -> list[dict[str, np.ndarray]]:
+        from clbench_jax.eval import shard
+        from clbench_jax.lifelong.loop import derive_key, init_bank
+        from clbench_jax.policies.act import initial_pstate, obs_spec, stack_params
+        from clbench_jax.sim import rollout
+
+        spec, R = self.spec, self.spec.n_rollouts
+        scene = self._scene(scene_key)
+        per_chunk = max(1, spec.chunk // R)
+        # Pad to D chunks of per_chunk groups each (repeats of the last group; their rows are dropped).
+        padded = [list(gs) + [gs[-1]] * (per_chunk - len(gs)) for gs in chunk_groups]
+        padded += [padded[-1]] * (self.mesh.size - len(padded))
+        flat = [g for gs in padded for g in gs]
+        cache: dict = {}
+        params = [self._params(scene, g, cache) for g in flat]
+        banks = {j: init_bank(scene, spec.tasks[j], R, spec.seed) for j in {g.task for g in flat}}
+        keys = {j: np.asarray(jax.random.split(derive_key(jax.random.PRNGKey(spec.seed), "grid", spec.tasks[j].name),
+                                               R)) for j in banks}
+        rep = lambda xs: np.repeat(np.stack(xs), R, axis=0)  # noqa: E731  (groups) -> (groups * R)
+        goals = jax.tree.map(lambda *x: np.repeat(np.stack(x), R, axis=0),
+                             *[self._goal_stack(scene, g.task, g.variant) for g in flat])
+        batch = rollout.EpisodeBatch(
+            task_ids=rep([scene.task_index(spec.tasks[g.task].name) for g in flat]), goals=goals,
+            state=np.concatenate([banks[g.task].state[:R] for g in flat]),
+            mocap=np.concatenate([banks[g.task].mocap[:R] for g in flat]),
+            keys=np.concatenate([keys[g.task] for g in flat]))
+        lang = rep([self.lang[g.task][g.variant] for g in flat])
+        pstate = initial_pstate(stack_params([p for p, _ in params]), lang,
+                                obs_spec(scene, spec.obs, spec.image_size), self.seq_len)
+        if spec.backend == "mjx":  # keep the episodes on their devices for the whole on-device episode
+            batch = rollout.EpisodeBatch(task_ids=batch.task_ids, goals=shard.place(batch.goals, self.mesh),
+                                         state=shard.place(batch.state, self.mesh), mocap=batch.mocap,
+                                         keys=shard.place(batch.keys, self.mesh))
+        failure = None
+        try:
+            rec = rollout.rollout(scene, self.fn, pstate, batch, spec.horizon, backend=spec.backend,
+                                  warmup=spec.warmup, obs_mode=spec.obs, image_size=spec.image_size,
+                                  mjx_impl=spec.mjx_impl)
+        except Exception as e:  # noqa: BLE001  (recorded per cell; the grid goes on)
+            from tqdm.auto import tqdm
+
+            rec, failure = None, f"rollout raised {type(e).__name__}: {e}"
+            tqdm.write(f"grid: {len(flat)} groups failed ({failure}); recorded, going on")
+        out = []
+        for c, gs in enumerate(chunk_groups):
+            rows = []
+            for i, g in enumerate(gs):
+                start = (c * per_chunk + i) * R
+                reason = params[c * per_chunk + i][1] or failure
+                rows.append(self._rows(g, reason, None if rec is None else
+                                       jax.tree.map(lambda x: x[start:start + R], rec)))
+            out.append(episodes.concat(rows))
+        return out
+
+    def _rows(self, g: Group, reason: str | None, rec) -> dict[str, np.ndarray]:
+        from clbench_jax.sim.rollout import FAIL_REASONS
+
+        R, K = self.spec.n_rollouts, self.k
+        ck, vs = self.checkpoints[g.ck], self.spec.variants[g.task]
+        v = vs[g.variant]
+        cols = {"method": [ck.method] * R, "seed": [ck.seed] * R, "stage": [ck.stage] * R, "task": [g.task] * R,
+                "task_name": [self.spec.tasks[g.task].name] * R, "variant": [v.id] * R,
+                "condition": [v.condition] * R, "slot": [v.slot] * R, "rollout": np.arange(R),
+                "target": [target_column(vs, v)] * R, "n_goals": [len(goal_columns(vs))] * R}
+        cols = {k: np.asarray(x, np.int32 if k in ("seed", "stage", "task", "rollout", "target", "n_goals")
+                              else None) for k, x in cols.items()}
+        if reason is not None:  # the cell did not run
+            cols.update(status=np.full(R, f"failed cell: {reason}"), success=np.zeros((R, K), bool),
+                        first_success=np.full((R, K), -1, np.int32), held_at_reset=np.zeros((R, K), bool),
+                        ee_disp_max=np.zeros(R, np.float32), gripper_change_max=np.zeros(R, np.float32),
+                        first_grasp=np.full(R, -1, np.int32), length=np.zeros(R, np.int32),
+                        done=np.zeros(R, bool), fail_reason=np.zeros(R, np.int32),
+                        action_initiated=np.zeros(R, bool))
+            return cols
+        fr = np.asarray(rec.fail_reason, np.int32)
+        cols.update(status=np.array(["ok" if f == 0 else f"physics: {FAIL_REASONS[int(f)]}" for f in fr]),
+                    success=np.asarray(rec.success)[:, 1:],
+                    first_success=np.asarray(rec.first_success, np.int32)[:, 1:],
+                    held_at_reset=np.asarray(rec.held_at_reset)[:, 1:],
+                    ee_disp_max=np.asarray(rec.ee_disp_max, np.float32),
+                    gripper_change_max=np.asarray(rec.gripper_change_max, np.float32),
+                    first_grasp=np.asarray(rec.first_grasp, np.int32), length=np.asarray(rec.length, np.int32),
+                    done=np.asarray(rec.done), fail_reason=fr, action_initiated=np.asarray(rec.action_initiated))
+        return cols
+
+
+@lru_cache(maxsize=None)
+def param_shapes(policy, scene_key: str, obs: str, image_size: int, seq_len: int, lang_dim: int):
+    """Parameter shapes the policy expects in a scene (abstract init, no compute)."""
+    from clbench_jax.lifelong.loop import scene_for
+    from clbench_jax.policies.act import obs_spec
+
+    spec = obs_spec(scene_for(scene_key), obs, image_size)
+    ex = {"obs": {k: np.zeros((1, seq_len) + tuple(s), d) for k, (s, d) in spec.items()},
+          "lang": np.zeros((1, lang_dim), np.float32)}
+    return jax.eval_shape(lambda k: policy.init(k, ex), jax.random.PRNGKey(0))
+
+
+def check_params(params, ref) -> str | None:
+    """Why `params` cannot act as the policy's parameters (None if they can): tree, shapes, dtypes, finiteness."""
+    flat, tree = jax.tree_util.tree_flatten_with_path(params)
+    rflat, rtree = jax.tree_util.tree_flatten_with_path(ref)
+    if tree != rtree:
+        return "parameter tree differs from the policy's"
+    for (path, x), (_, r) in zip(flat, rflat):
+        name = jax.tree_util.keystr(path)
+        if tuple(np.shape(x)) != tuple(r.shape):
+            return f"parameter {name} has shape {tuple(np.shape(x))}, the policy expects {tuple(r.shape)}"
+        if not np.all(np.isfinite(np.asarray(x))):
+            return f"non-finite values in parameter {name}"
+    return None

@@ -1,0 +1,162 @@
+"""`clbench run` / `clbench report`: the report rebuilt from a run folder's files (numbers checked by hand), run
+config errors, and (slow) the whole job end to end at toy scale."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from clbench_jax.errors import ClbenchError
+from clbench_jax.eval import episodes
+from clbench_jax.eval.report import finalize
+from clbench_jax.eval.run import load_run_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _episode_table():
+    rows = []
+
+    def add(seed, t, j, variant, cond, target, succ, status="ok"):
+        rows.extend((seed, t, j, variant, cond, target, status, s) for s in succ)
+
+    add(0, 0, 0, "o0", "original", 0, [(1, 0), (0, 0)])      # S[0, 0] = 0.5
+    add(0, 0, 0, "p1", "paraphrase", 0, [(1, 0), (1, 0)])    # 1.0
+    add(0, 0, 0, "p2", "paraphrase", 0, [(0, 0), (0, 0), (0, 0), (1, 0)])  # 0.25 -> S_para[0, 0] = 0.625
+    add(0, 1, 0, "o0", "original", 0, [(0, 0), (0, 0)])      # S[1, 0] = 0
+    add(0, 1, 1, "o1", "original", 0, [(1, 0), (1, 0)])      # S[1, 1] = 1
+    add(0, 1, 1, "p3", "paraphrase", 0, [(1, 0), (0, 0)])    # S_para[1, 1] = 0.5
+    add(0, 1, 0, "p1", "paraphrase", 0, [(0, 0), (0, 0)], "failed cell: non-finite values in parameter x")
+    add(0, 1, 1, "c1", "contrast", 1, [(0, 1), (1, 1)])     # target SR 1, GSA .5, original persistence .5
+    add(0, 1, 1, "x1", "collision", -1, [(1, 0), (0, 0)])   # OGP .5, CGAR .5; action initiated in the first only
+    n = len(rows)
+    cols = {k: np.array([r[i] for r in rows]) for i, k in
+            enumerate(("seed", "stage", "task", "variant", "condition", "target", "status", "success"))}
+    cols["success"] = cols["success"].astype(bool)
+    cols["method"] = np.array(["seqft"] * n)
+    cols["slot"] = np.where(cols["condition"] == "contrast", "object", "")
+    cols["held_at_reset"] = np.zeros((n, 2), bool)
+    cols["action_initiated"] = np.zeros(n, bool)
+    cols["action_initiated"][-2] = True
+    return cols
+
+
+def test_report_from_files(tmp_path):
+    episodes.write_columns(tmp_path / "grid" / "episodes.h5", _episode_table(), {"tasks": ["task_a", "task_b"]})
+    train = tmp_path / "train" / "seqft_s0"
+    train.mkdir(parents=True)
+    # Learning curves: task 0 peaks at 0.5 then drops (held at the peak: [0, .5, .5]); task 1 at 1.0.
+    (train / "metrics.json").write_text(json.dumps({"config": {"algo": "seqft", "seed": 0},
+                                                    "curves": [[0.0, 0.5, 0.25], [1.0, 0.5]],
+                                                    "curve_epochs": [[0, 5, 10], [0, 5]]}))
+    doc = finalize(tmp_path)
+    o = doc["metrics"]["seqft"]["original"]
+    assert o["fwt"]["mean"] == pytest.approx((1 / 3 + 1) / 2)
+    assert o["nbt"]["mean"] == pytest.approx(0.5)  # S[0,0] - S[1,0]
+    assert o["auc"]["mean"] == pytest.approx(((1 / 3 + 0) / 2 + 1) / 2)
+    assert o["final"]["mean"] == pytest.approx(0.5) and o["final"]["std"] == 0.0
+    p = doc["metrics"]["seqft"]["paraphrase"]
+    assert doc["success"]["seqft"]["mean"][1][0][1] is None  # the failed cell is missing, not 0
+    assert p["fwt"]["mean"] == pytest.approx((0.625 + 0.5) / 2)  # S_para[j, j] (no paraphrase curves)
+    assert p["nbt"]["mean"] is None  # needs the missing cell: unavailable rather than wrong
+    assert doc["failed_cells"] == [{"method": "seqft", "seed": 0, "stage": 1, "task": 0,
+                                    "reason": "failed cell: non-finite values in parameter x"}]
+    assert doc["success"]["seqft"]["mean"][0][0][1] == pytest.approx(0.625)
+    lang = doc["language"]["seqft"]
+    assert {k: v["mean"] for k, v in lang["contrast"].items()} == pytest.approx(
+        {"target_sr": 1.0, "gsa": 0.5, "original_persistence": 0.5})
+    assert {k: v["mean"] for k, v in lang["collision"].items()} == pytest.approx({"ogp": 0.5, "cgar": 0.5, "air": 0.5})
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["metrics"] == json.loads(json.dumps(doc["metrics"]))
+    md = (tmp_path / "report.md").read_text()
+    assert "| seqft | 1 | 66.7 ± 0.0 | 50.0 ± 0.0 | 58.3 ± 0.0 | 50.0 ± 0.0 |" in md
+    assert "| 1: task_b | 100.0 ± 0.0 |" in md
+    assert "| seqft | 100.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 |" in md
+    assert "non-finite values in parameter x" in md
+    for png in ("success_seqft.png", "curves_seqft_s0.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+
+
+def test_report_needs_the_episode_file(tmp_path):
+    with pytest.raises(ClbenchError, match="episodes.h5"):
+        finalize(tmp_path)
+
+
+def test_run_config_errors(tmp_path):
+    cfg = load_run_config(REPO / "configs" / "quickstart.yaml")
+    assert cfg.methods == ("seqft", "er") and cfg.n_tasks == 2
+    for name in ("full_libero_goal", "full_libero_spatial", "full_libero_object", "full_libero_10"):
+        full = load_run_config(REPO / "configs" / f"{name}.yaml")
+        assert full.seeds == (0, 1, 2) and full.grid["n_rollouts"] == 20 and full.grid["horizon"] == 600
+    bad = {"suite": "libero_goal", "methods": ["seqft"], "grid": {"rollouts": 3}}
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ClbenchError, match="grid.rollouts"):
+        load_run_config(tmp_path / "a.yaml")
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"methods": ["sgd"]}))
+    with pytest.raises(ClbenchError, match="unknown method"):
+        load_run_config(tmp_path / "b.yaml")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"train": {"suite": "libero_10"}}))
+    with pytest.raises(ClbenchError, match="train.suite"):
+        load_run_config(tmp_path / "c.yaml")
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump({"train": {"epochs": -1}}))
+    with pytest.raises(ClbenchError, match="epochs"):
+        load_run_config(tmp_path / "d.yaml")
+
+
+TOY = """
+suite: libero_goal
+order: 17
+n_tasks: 2
+methods: [seqft, packnet]
+seeds: [0]
+train:
+  epochs: 1
+  eval_every: 1
+  n_eval: 2
+  horizon: 20
+  batch_size: 8
+  max_batches: 2
+  lang: minilm
+  policy_kwargs: {embed_dim: 16, num_layers: 1, num_heads: 2, head_dim: 8, mlp_dim: 32, gmm_hidden: [32],
+                  seq_len: 4}
+algo_kwargs:
+  packnet: {post_prune_epochs: 1}
+demos: {dir: DEMOS, n: 2, horizon: 150, batch: 8, images: false}
+grid:
+  variants: VARIANTS
+  max_per_condition: 1
+  n_rollouts: 2
+  horizon: 10
+  chunk: 8
+"""
+
+
+@pytest.mark.slow
+def test_run_end_to_end(tmp_path):
+    """Demos -> seqft and packnet over 2 tasks -> grid over their 4 stage checkpoints -> report; a rerun resumes
+    without redoing anything and `report` rebuilds the same numbers."""
+    from clbench_jax.cli import main
+
+    text = TOY.replace("DEMOS", str(tmp_path / "demos")).replace(
+        "VARIANTS", str(REPO / "configs" / "variants" / "libero_goal.offline.json"))
+    (tmp_path / "toy.yaml").write_text(text)
+    out = tmp_path / "run"
+    assert main(["run", str(tmp_path / "toy.yaml"), "--out", str(out), "--quiet"]) == 0
+    cols, meta = episodes.read_columns(out / "grid" / "episodes.h5")
+    assert set(cols["method"]) == {"seqft", "packnet"} and (cols["status"] == "ok").all()
+    assert meta["checkpoints"] == [["seqft", 0, 0], ["seqft", 0, 1], ["packnet", 0, 0], ["packnet", 0, 1]]
+    # variants: original + at most one of each other condition per task, 2 rollouts, cells j <= t
+    per_task = [len({v for v, t in zip(cols["variant"], cols["task"]) if t == j}) for j in (0, 1)]
+    assert len(cols["method"]) == 2 * 2 * (2 * per_task[0] + per_task[1])
+    doc = json.loads((out / "metrics.json").read_text())
+    assert set(doc["metrics"]) == {"seqft", "packnet"}
+    assert doc["success"]["seqft"]["mean"][0][1][0] is None and doc["success"]["seqft"]["mean"][1][1][0] is not None
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "grid" / "chunks").iterdir()}
+    assert main(["run", str(tmp_path / "toy.yaml"), "--out", str(out), "--quiet"]) == 0  # resumes: nothing to do
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "grid" / "chunks").iterdir()} == before
+    (out / "metrics.json").unlink()
+    assert main(["report", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["metrics"] == doc["metrics"]
+    assert (out / "report.md").exists() and (out / "success_packnet.png").exists()
