@@ -22,7 +22,7 @@ sysdeps:  # offscreen rendering (OSMesa) for CPU machines; needs root, skipped w
 install: sysdeps $(VENV)/.installed
 
 run: install
-	$(VENV)/bin/clbench quickstart
+	$(VENV)/bin/clbench run configs/quickstart.yaml
 
 test: install
 	$(PY) -m pytest -q -ra --durations=12

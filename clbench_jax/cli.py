@@ -12,6 +12,10 @@ import clbench_jax  # noqa: F401  (sets the offscreen GL backend before MuJoCo l
 
 # Modules with `register(subparsers)` adding a command group (e.g. `clbench demos ...`); one entry per line.
 COMMAND_GROUPS: tuple[str, ...] = (
+    "clbench_jax.data.commands",
+    "clbench_jax.language.commands",
+    "clbench_jax.lifelong.commands",
+    "clbench_jax.eval.commands",
 )
 
 
