@@ -24,8 +24,9 @@ install: sysdeps $(VENV)/.installed
 run: install
 	$(VENV)/bin/clbench run configs/quickstart.yaml
 
-test: install
-	$(PY) -m pytest -q -ra --durations=12
+test: install  # two processes: fast tests, then the slow ones (each process maps less compiled code)
+	$(PY) -m pytest -q -ra --durations=12 -m "not slow"
+	$(PY) -m pytest -q -ra --durations=12 -m slow
 
 test-quick: install
 	$(PY) -m pytest -q -m "not slow"
