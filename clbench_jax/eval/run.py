@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from clbench_jax.errors import ClbenchError
+from clbench_jax.lifelong.config import read_yaml_mapping
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,7 @@ GRID_KEYS = {"variants": None,  # a clbench-variants JSON file; None: original i
 
 def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
     where = os.fspath(path)
-    try:
-        with open(where) as f:
-            values = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ClbenchError(f"cannot read run config: {e}", file=where) from e
-    if not isinstance(values, dict):
-        raise ClbenchError("a run config must hold a mapping", file=where)
+    values = read_yaml_mapping(where)
     values.update({k: v for k, v in overrides.items() if v is not None})
     names = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = sorted(set(values) - names)

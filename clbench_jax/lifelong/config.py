@@ -74,19 +74,23 @@ def make_config(values: dict[str, Any], where: str | None = None) -> TrainConfig
     return _check(TrainConfig(**values), where)
 
 
+def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
+    """A YAML config file's top-level mapping; typed errors name the file."""
+    where = os.fspath(path)
+    try:
+        with open(where) as f:
+            values = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ClbenchError(f"cannot read config: {e}", file=where) from e
+    if not isinstance(values, dict):
+        raise ClbenchError("a config file must hold a mapping", file=where)
+    return values
+
+
 def load_config(path: str | os.PathLike | None = None, **overrides) -> TrainConfig:
     """YAML file (optional) then keyword overrides (None values are ignored, so CLI flags left unset do not win)."""
-    values: dict[str, Any] = {}
-    where = None
-    if path is not None:
-        where = os.fspath(path)
-        try:
-            with open(where) as f:
-                values = yaml.safe_load(f) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ClbenchError(f"cannot read config: {e}", file=where) from e
-        if not isinstance(values, dict):
-            raise ClbenchError("a config file must hold a mapping", file=where)
+    where = None if path is None else os.fspath(path)
+    values = {} if where is None else read_yaml_mapping(where)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return make_config(values, where)
 
