@@ -53,6 +53,7 @@ def make_batch(mode: str, b: int, t: int, img: int, lang_dim: int, seed: int = 0
         mask = np.ones((b, t, N_TOKENS), bool)
         mask[:, :, 7:] = False
         obs["token_mask"] = mask
+        obs["ee_pos"] = rng.normal(size=(b, t, 3)).astype(np.float32)
     return {"obs": obs, "lang": rng.normal(size=(b, lang_dim)).astype(np.float32),
             "actions": rng.uniform(-1, 1, size=(b, t, 7)).astype(np.float32)}
 

@@ -12,7 +12,7 @@ from clbench_jax.policies.act import initial_pstate, make_policy_fn, stack_param
 T, N, E, D = 4, 3, 5, 32
 TINY_T = dict(embed_dim=16, num_layers=2, num_heads=2, head_dim=8, mlp_dim=32, dropout=0.1, seq_len=T,
               gmm_hidden=(32,), gmm_modes=3)
-SPEC = {"joint_states": ((7,), np.float32), "gripper_states": ((2,), np.float32),
+SPEC = {"joint_states": ((7,), np.float32), "gripper_states": ((2,), np.float32), "ee_pos": ((3,), np.float32),
         "tokens": ((E, D), np.float32), "token_mask": ((E,), np.bool_)}
 
 
@@ -24,7 +24,8 @@ def _obs_seq(steps, n=N, seed=0):
              "gripper_states": rng.normal(size=(n, 2)).astype(np.float32),
              "tokens": rng.normal(size=(n, E, D)).astype(np.float32),
              "token_mask": mask[s],
-             "ee_pos": np.zeros((n, 3), np.float32)} for s in range(steps)]  # extra keys are ignored
+             "ee_pos": rng.normal(size=(n, 3)).astype(np.float32),
+             "ee_ori": np.zeros((n, 3), np.float32)} for s in range(steps)]  # extra keys are ignored
 
 
 def _init(policy, seed):

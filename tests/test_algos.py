@@ -23,6 +23,7 @@ def _batch(seed=0):
     rng = np.random.default_rng(seed)
     obs = {"joint_states": rng.normal(size=(B, T, 7)).astype(np.float32),
            "gripper_states": rng.normal(size=(B, T, 2)).astype(np.float32),
+           "ee_pos": rng.normal(size=(B, T, 3)).astype(np.float32),
            "tokens": rng.normal(size=(B, T, E, 32)).astype(np.float32), "token_mask": np.ones((B, T, E), bool)}
     return {"obs": obs, "lang": rng.normal(size=(B, 384)).astype(np.float32),
             "actions": rng.uniform(-0.9, 0.9, (B, T, 7)).astype(np.float32), "mask": np.ones((B, T), bool)}

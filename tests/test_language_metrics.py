@@ -121,7 +121,8 @@ def test_action_level_on_a_real_policy():
     obs = {"joint_states": jnp.asarray(rng.normal(size=(B, T, 7)), jnp.float32),
            "gripper_states": jnp.asarray(rng.normal(size=(B, T, 2)), jnp.float32),
            "tokens": jnp.asarray(rng.normal(size=(B, T, 4, 27)), jnp.float32),
-           "token_mask": jnp.ones((B, T, 4), bool)}
+           "token_mask": jnp.ones((B, T, 4), bool),
+           "ee_pos": jnp.asarray(rng.normal(size=(B, T, 3)), jnp.float32)}
     l1 = jnp.asarray(rng.normal(size=(B, 384)), jnp.float32)
     l2 = jnp.asarray(rng.normal(size=(B, 384)), jnp.float32)
     params = pol.init(jax.random.PRNGKey(0), {"obs": obs, "lang": l1})

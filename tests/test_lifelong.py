@@ -35,6 +35,7 @@ def _write_synthetic(folder, task, spec, seed, n_demos=2, length=12):
             mask[:, -2:] = False
             obs["object_tokens"] = rng.normal(size=(length, e, d)).astype(np.float32)
             obs["object_token_mask"] = mask
+            obs["ee_pos"] = rng.normal(size=(length, 3)).astype(np.float32)
         for k in ("agentview_rgb", "eye_in_hand_rgb"):
             if k in spec:
                 obs[k] = rng.integers(0, 256, (length,) + spec[k][0], dtype=np.uint8)
@@ -118,6 +119,28 @@ def test_packnet_and_multitask_plug_in(demos, tmp_path):
     m = run_lifelong(cfg, str(tmp_path / "mt"), progress=False)
     assert len(m["success_matrix"]) == 1 and all(v is not None for v in m["success_matrix"][0])
     assert "fwt" not in m and 0.0 <= m["final_mean_success"] <= 1.0
+
+
+def test_missing_demos_skip_trains_nothing_at_that_stage(demos, tmp_path):
+    """A task without demos (the oracle cannot solve it): `missing_demos: skip` leaves its stage untrained and
+    the algorithm untouched (PackNet assigns it no weights), evaluates every seen task, and says so."""
+    import shutil
+
+    tasks = ordered_tasks(SUITE, 0)[:K]
+    folder = str(tmp_path / "partial")
+    os.makedirs(folder)
+    shutil.copy(os.path.join(demos, f"{tasks[1].name}_demo.hdf5"), folder)  # stage 0's task has no file
+    cfg = make_config(dict(BASE, algo="packnet", demos_dir=folder, missing_demos="skip",
+                           algo_kwargs={"post_prune_epochs": 1}))
+    m = run_lifelong(cfg, str(tmp_path / "skip"), progress=False)
+    assert m["logs"][0] == {"skipped": f"no demos for {tasks[0].name}"}
+    assert m["losses"][0] == [] and len(m["losses"][1]) == BASE["epochs"]
+    assert [len(r) for r in m["success_matrix"]] == [K, K] and m["success_matrix"][1][1] is not None
+    params = _params(str(tmp_path / "skip"), K - 1)  # stage 0 took no weights, so stage 1 keeps 25% of all
+    n_kernel = sum(x.size for p, x in jax.tree_util.tree_leaves_with_path(params) if p[-1].key == "kernel")
+    assert m["logs"][1]["kept_weights"] == pytest.approx(0.25 * n_kernel, abs=len(jax.tree.leaves(params)))
+    with pytest.raises(DataFileError, match=tasks[0].name):
+        run_lifelong(make_config(dict(BASE, demos_dir=folder)), str(tmp_path / "err"), progress=False)
 
 
 def test_bad_input_is_named(demos, tmp_path):

@@ -48,7 +48,8 @@ GRID_KEYS = {"variants": None,  # a clbench-variants JSON file; None: original i
              "max_per_condition": None,  # at most this many variants per task and condition (file order)
              "n_rollouts": 20, "horizon": 600, "warmup": 5, "seed": 0, "chunk": 64, "backend": "native",
              "mjx_impl": "jax",
-             "deterministic": False, "devices": None}
+             "deterministic": None,  # None: as the training evaluation (train.deterministic_eval)
+             "devices": None}
 
 
 def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
@@ -184,7 +185,8 @@ def grid_spec(cfg: RunConfig, tasks, obs: str, image_size: int):
     return G.GridSpec(tasks=tasks, variants=tuple(kept), n_rollouts=g["n_rollouts"], horizon=g["horizon"],
                       warmup=g["warmup"], seed=g["seed"], backend=g["backend"], mjx_impl=g["mjx_impl"], obs=obs,
                       image_size=image_size,
-                      deterministic=g["deterministic"], chunk=g["chunk"])
+                      deterministic=(train_config(cfg, cfg.methods[0], cfg.seeds[0]).deterministic_eval
+                                     if g["deterministic"] is None else g["deterministic"]), chunk=g["chunk"])
 
 
 # ---------------------------------------------------------------------------------------------- the main job

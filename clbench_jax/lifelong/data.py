@@ -11,7 +11,7 @@ from clbench_jax.errors import DataFileError
 
 # Dataset obs key -> policy obs key, per observation mode.
 OBS_KEYS = {
-    "state": {"joint_states": "joint_states", "gripper_states": "gripper_states",
+    "state": {"joint_states": "joint_states", "gripper_states": "gripper_states", "ee_pos": "ee_pos",
               "object_tokens": "tokens", "object_token_mask": "token_mask"},
     "rgb": {"agentview_rgb": "agentview_rgb", "eye_in_hand_rgb": "eye_in_hand_rgb",
             "joint_states": "joint_states", "gripper_states": "gripper_states"},
@@ -23,6 +23,17 @@ def demo_path(demos_dir: str, task) -> str:
     `<demos>/<task>_demo.hdf5`."""
     nested = os.path.join(demos_dir, task.suite, f"{task.name}_demo.hdf5")
     return nested if os.path.exists(nested) else os.path.join(demos_dir, f"{task.name}_demo.hdf5")
+
+
+def has_demos(demos_dir: str, task) -> bool:
+    """True if the task's demo file exists and holds at least one demo."""
+    from clbench_jax.data.hdf5 import read_meta
+
+    path = demo_path(demos_dir, task)
+    try:
+        return os.path.exists(path) and int(read_meta(path)["num_demos"]) > 0
+    except DataFileError:
+        return False
 
 
 def open_dataset(demos_dir: str, tasks, mode: str, seq_len: int) -> SequenceDataset:

@@ -24,7 +24,7 @@ import numpy as np
 
 from clbench_jax.errors import ClbenchError, DataFileError
 from clbench_jax.lifelong.config import TrainConfig, dump_config
-from clbench_jax.lifelong.data import concat_batches, open_dataset, policy_batch
+from clbench_jax.lifelong.data import concat_batches, has_demos, open_dataset, policy_batch
 
 DEFAULT_SEQ_LEN = 10
 
@@ -53,7 +53,8 @@ def make_policy(cfg: TrainConfig):
 
     factory = {"bc_transformer": bc.make_bc_transformer, "bc_rnn": bc.make_bc_rnn,
                "bc_vilt": bc.make_bc_vilt}[cfg.policy]
-    kwargs = {k: _tuples(v) for k, v in cfg.policy_kwargs.items()}  # YAML lists -> tuples (hashable configs)
+    kwargs = {"gmm_min_std": cfg.gmm_min_std}
+    kwargs.update({k: _tuples(v) for k, v in cfg.policy_kwargs.items()})  # YAML lists -> tuples (hashable configs)
     try:
         return factory(cfg.obs, **kwargs)
     except TypeError as e:
@@ -189,6 +190,16 @@ def summarize(cfg: TrainConfig, tasks, record: dict, complete: bool) -> dict:
     return out
 
 
+def run_tasks(cfg: TrainConfig) -> list:
+    """The run's task sequence: `tasks` by name if given, else LIBERO order `order`; then the first `n_tasks`."""
+    from clbench_jax.tasks.suites import ordered_tasks, suite_tasks
+
+    if cfg.tasks is not None:
+        by_name = {t.name: t for t in suite_tasks(cfg.suite)}
+        return [by_name[n] for n in cfg.tasks][: cfg.n_tasks]
+    return ordered_tasks(cfg.suite, cfg.order)[: cfg.n_tasks]
+
+
 def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable[[int, dict], None]] = (),
                  progress: bool = True) -> dict:
     """Train and evaluate a whole lifelong run into `out_dir` (resuming from its checkpoints) -> metrics dict."""
@@ -198,19 +209,27 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
     from clbench_jax.algos.protocol import TaskContext
     from clbench_jax.algos.train import OptimConfig, cosine_lr, make_loss_grad, make_optimizer, make_train_step
     from clbench_jax.lifelong.checkpoints import StageCheckpoints
-    from clbench_jax.tasks.suites import ordered_tasks
 
     os.makedirs(out_dir, exist_ok=True)
     _check_config(out_dir, cfg)
-    tasks = ordered_tasks(cfg.suite, cfg.order)[: cfg.n_tasks]
+    tasks = run_tasks(cfg)
     n_tasks = len(tasks)
     policy = make_policy(cfg)
     algo = make_algorithm(cfg.algo, **cfg.algo_kwargs)
     seq_len = getattr(policy.cfg, "seq_len", DEFAULT_SEQ_LEN)
     groups = [list(range(n_tasks))] if algo.joint else [[k] for k in range(n_tasks)]
-    datasets = [open_dataset(cfg.demos_dir, [tasks[k] for k in g], cfg.obs, seq_len) for g in groups]
+    # train_groups[s]: the tasks whose demos stage s trains on (groups[s] minus, with missing_demos: skip, the
+    # tasks without demos); datasets[s] is None for a stage left with none.
+    train_groups = [[k for k in g if cfg.missing_demos == "error" or has_demos(cfg.demos_dir, tasks[k])]
+                    for g in groups]
+    datasets = [open_dataset(cfg.demos_dir, [tasks[k] for k in g], cfg.obs, seq_len) if g else None
+                for g in train_groups]
+    if not any(ds is not None for ds in datasets):
+        raise DataFileError("no task of the run has demos", file=cfg.demos_dir, field="missing_demos")
     if cfg.obs == "rgb":  # the policy must see demo frames and rollout frames of one size
-        for g, ds in zip(groups, datasets):
+        for g, ds in zip(train_groups, datasets):
+            if ds is None:
+                continue
             hw = tuple(ds.arrays["agentview_rgb"].shape[1:3])
             if hw != (cfg.image_size, cfg.image_size):
                 raise DataFileError(f"demo images are {hw}, rollouts render {cfg.image_size} px (set image_size)",
@@ -218,8 +237,9 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
     langs = task_embeddings(tasks, cfg)
     root = jax.random.PRNGKey(cfg.seed)
 
+    first = next(s for s, ds in enumerate(datasets) if ds is not None)
     params = policy.init(derive_key(root, "init"),
-                         policy_batch(datasets[0].gather(np.arange(1)), langs[groups[0]], cfg.obs))
+                         policy_batch(datasets[first].gather(np.arange(1)), langs[train_groups[first]], cfg.obs))
     state = algo.init(params, n_tasks)
     ocfg = OptimConfig(cfg.lr, cfg.end_lr, cfg.weight_decay, cfg.grad_clip)
     optimizer = make_optimizer(ocfg)
@@ -238,13 +258,13 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
         for i, raw in enumerate(ds.sample_batches(cfg.batch_size, rng, drop_last=len(ds) >= cfg.batch_size)):
             if cfg.max_batches is not None and i >= cfg.max_batches:
                 return
-            yield policy_batch(raw, langs[groups[s]], cfg.obs)
+            yield policy_batch(raw, langs[train_groups[s]], cfg.obs)
 
     def replay_batch(pairs):
         parts = []
         for u in np.unique(pairs[:, 0]):
             w = pairs[pairs[:, 0] == u, 1]
-            parts.append(policy_batch(datasets[u].gather(w), langs[groups[u]], cfg.obs))
+            parts.append(policy_batch(datasets[u].gather(w), langs[train_groups[u]], cfg.obs))
         return concat_batches(parts)
 
     def fit(params, state, s, epochs, train_epoch0, tag):
@@ -288,6 +308,18 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
                      initial=start, total=len(groups))
     for s in stage_bar:
         t0 = time.perf_counter()
+        if datasets[s] is None:  # missing_demos: skip -- nothing to learn from; the algorithm never sees the task
+            succ = evaluate(params, state, list(range(s + 1)))
+            record["rows"].append([float(v) for v in succ] + [None] * (n_tasks - s - 1))
+            record["curves"].append([float(succ[s])])
+            record["curve_epochs"].append([0])
+            record["losses"].append([])
+            record["best_epoch"].append(0)
+            record["logs"].append({"skipped": f"no demos for {tasks[s].name}"})
+            record["seconds"].append(time.perf_counter() - t0)
+            ckpt.save(s, {"params": params, "algo_state": state, "opt_state": opt_state}, record)
+            _write_json(os.path.join(out_dir, "metrics.json"), summarize(cfg, tasks, record, complete=False))
+            continue
         params, state = algo.start_task(params, state, s)
         params, opt_state, info = fit(params, state, s, cfg.epochs, False, "main")
         ctx = TaskContext(stage=s, n_windows=len(datasets[s]), batches=lambda rng, s=s: batches(s, rng),
@@ -320,7 +352,8 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
             cb(s, record)
     ckpt.close()
     for ds in datasets:
-        ds.close()
+        if ds is not None:
+            ds.close()
     metrics = summarize(cfg, tasks, record, complete=True)
     _write_json(os.path.join(out_dir, "metrics.json"), metrics)
     write_plots(out_dir, tasks, record, cfg)

@@ -39,6 +39,7 @@ def obs_spec(scene, mode: str, image_size: int = 128) -> dict[str, tuple[tuple, 
             spec[k] = ((image_size, image_size, 3), np.uint8)
     else:
         e = rollout._consts(scene).sens_entity_pos.shape[0]
+        spec["ee_pos"] = ((3,), np.float32)
         spec["tokens"] = ((e, env.TOKEN_DIM), np.float32)
         spec["token_mask"] = ((e,), np.bool_)
     return spec

@@ -10,7 +10,8 @@ Uniform functional interface (params are a plain pytree, so policies jit and
 
 obs_window keys: agentview_rgb / eye_in_hand_rgb (B,T,H,W,3) uint8,
 joint_states (B,T,7), gripper_states (B,T,2); STATE mode replaces images with
-tokens (B,T,E,D) + token_mask (B,T,E). lang: (B, D_lang) (384 for MiniLM).
+tokens (B,T,E,D) + token_mask (B,T,E) and adds ee_pos (B,T,3) (world frame, LIBERO's key), from which the
+object encoder takes each object's offset from the hand. lang: (B, D_lang) (384 for MiniLM).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from clbench_jax.policies.modules import (
 from clbench_jax.policies.vilt import BCViLTConfig, BCViLTNet
 
 RGB_KEYS = ("agentview_rgb", "eye_in_hand_rgb", "joint_states", "gripper_states")
-STATE_KEYS = ("joint_states", "gripper_states", "tokens", "token_mask")
+STATE_KEYS = ("joint_states", "gripper_states", "ee_pos", "tokens", "token_mask")
 MODES = ("rgb", "state")
 
 
@@ -52,6 +53,7 @@ class BCTransformerConfig:
     resnet_widths: tuple = (64, 128)
     num_kp: int = 32
     object_pooling: str = "attention"
+    object_queries: int = 4
     gmm_hidden: tuple = (1024, 1024, 1024)
     gmm_modes: int = 5
     gmm_min_std: float = 1e-4
@@ -69,6 +71,7 @@ class BCRNNConfig:
     resnet_widths: tuple = (64, 128)
     num_kp: int = 32
     object_pooling: str = "attention"
+    object_queries: int = 4
     gmm_hidden: tuple = (1024, 1024, 1024)
     gmm_modes: int = 5
     gmm_min_std: float = 1e-4
@@ -103,10 +106,14 @@ class BCTransformerNet(nn.Module):
                 _encode_images(ResNetT(e, c.resnet_widths, c.num_kp, name="eye_in_hand_enc"), obs["eye_in_hand_rgb"], lang),
             ]
         elif c.mode == "state":
+            ee = obs["ee_pos"].astype(jnp.float32)
+            prop_tok = nn.Dense(e, name="proprio_proj")(jnp.concatenate([joint, grip, ee], -1))
+            cond = jnp.concatenate([lang_tok, prop_tok], -1)
             toks = [
                 lang_tok,
-                nn.Dense(e, name="proprio_proj")(jnp.concatenate([joint, grip], -1)),
-                ObjectTokenEncoder(e, e, c.object_pooling, name="object_enc")(obs["tokens"], obs["token_mask"]),
+                prop_tok,
+                ObjectTokenEncoder(e, e, c.object_pooling, c.object_queries, name="object_enc")(
+                    obs["tokens"], obs["token_mask"], cond, ee),
             ]
         else:
             raise ValueError(f"mode must be one of {MODES}, got {c.mode!r}")
@@ -133,7 +140,10 @@ class BCRNNNet(nn.Module):
                 _encode_images(ResNetT(c.image_dim, c.resnet_widths, c.num_kp, name="eye_in_hand_enc"), obs["eye_in_hand_rgb"], lang),
             ]
         elif c.mode == "state":
-            feats = [ObjectTokenEncoder(c.object_dim, c.object_dim, c.object_pooling, name="object_enc")(obs["tokens"], obs["token_mask"])]
+            ee = obs["ee_pos"].astype(jnp.float32)
+            cond = jnp.concatenate([text, joint, grip, ee], -1)
+            feats = [ObjectTokenEncoder(c.object_dim, c.object_dim, c.object_pooling, c.object_queries,
+                                        name="object_enc")(obs["tokens"], obs["token_mask"], cond, ee)]
         else:
             raise ValueError(f"mode must be one of {MODES}, got {c.mode!r}")
         x = jnp.concatenate(feats + [text, joint, grip], axis=-1)

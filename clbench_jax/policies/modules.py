@@ -8,7 +8,8 @@
 * ``sinusoidal_time_encoding``: standard sin/cos encoding of step indices.
 * ``block_causal_mask`` + ``DecoderBlock``: pre-LN transformer block; tokens of
   step t attend to all tokens of steps <= t.
-* ``ObjectTokenEncoder``: masked set of object tokens -> one embedding per step.
+* ``ObjectTokenEncoder``: masked set of object tokens -> one embedding per step, read through
+  instruction-conditioned attention queries.
 * ``PatchEncoder``: BC-ViLT's image stem (7x7/2 conv, norm, ReLU, then a PxP/P
   conv): one token per patch, (128/2/8)^2 = 64 tokens at 128 px, patch 8.
 * ``temporal_decoder``: the block-causal temporal transformer shared by
@@ -163,33 +164,46 @@ class DecoderBlock(nn.Module):
 
 
 class ObjectTokenEncoder(nn.Module):
-    """tokens (..., E, D_in) + mask (..., E) -> (..., out_dim).
+    """tokens (..., E, D_in) + mask (..., E) + cond (..., D_c) [+ ee_pos (..., 3)] -> (..., out_dim).
 
-    pooling="attention": a learned query attends over the valid tokens;
-    pooling="mean": masked mean of the projected tokens. A step with no valid
-    token gives the zero vector (before the output projection's bias).
+    Each token is embedded with its offset from the end effector (when ee_pos is given: the policy then sees where
+    every object is relative to the hand, as an eye-in-hand camera would) and FiLM-modulated by `cond` (the
+    instruction and proprioception). pooling="attention": `num_queries` queries computed from `cond` attend over
+    the valid tokens, so which objects are read depends on the instruction (one fixed learned query cannot pick the
+    object an instruction names); pooling="mean": masked mean. A step with no valid token pools to zero.
     """
 
     out_dim: int = 64
     hidden_dim: int = 64
     pooling: str = "attention"
+    num_queries: int = 4
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, mask: jax.Array) -> jax.Array:
+    def __call__(self, tokens: jax.Array, mask: jax.Array, cond: jax.Array,
+                 ee_pos: jax.Array | None = None) -> jax.Array:
         mask = mask.astype(bool)
-        h = nn.gelu(nn.Dense(self.hidden_dim, name="in")(tokens.astype(jnp.float32)))
-        h = nn.Dense(self.hidden_dim, name="in2")(h)
+        x = tokens.astype(jnp.float32)
+        if ee_pos is not None:
+            x = jnp.concatenate([x, x[..., :3] - ee_pos.astype(jnp.float32)[..., None, :]], -1)
+        cond = cond.astype(jnp.float32)
+        h = nn.gelu(nn.Dense(self.hidden_dim, name="in")(x))
+        # near-identity FiLM at init (not exactly zero: PackNet ranks weights by magnitude)
+        gb = nn.Dense(2 * self.hidden_dim, kernel_init=nn.initializers.normal(1e-3), name="film")(cond)
+        g, b = jnp.split(gb[..., None, :], 2, axis=-1)
+        h = nn.Dense(self.hidden_dim, name="in2")(nn.gelu((1.0 + g) * h + b))
         if self.pooling == "attention":
-            q = self.param("query", nn.initializers.normal(0.02), (self.hidden_dim,))
-            k = nn.Dense(self.hidden_dim, use_bias=False, name="key")(h)
-            logits = jnp.einsum("...ed,d->...e", k, q) / jnp.sqrt(self.hidden_dim)
-            logits = jnp.where(mask, logits, -1e9)
-            w = jax.nn.softmax(logits, axis=-1) * mask
+            nq, d = self.num_queries, self.hidden_dim
+            q = nn.Dense(nq * d, name="query")(cond).reshape(*cond.shape[:-1], nq, d)
+            k = nn.Dense(d, use_bias=False, name="key")(h)
+            logits = jnp.einsum("...ed,...qd->...qe", k, q) / jnp.sqrt(d)
+            logits = jnp.where(mask[..., None, :], logits, -1e9)
+            w = jax.nn.softmax(logits, axis=-1) * mask[..., None, :]
+            pooled = jnp.einsum("...qe,...ed->...qd", w.astype(h.dtype), h).reshape(*h.shape[:-2], nq * d)
         elif self.pooling == "mean":
             w = mask.astype(h.dtype) / jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1)
+            pooled = jnp.einsum("...e,...ed->...d", w, h)
         else:
             raise ValueError(f"unknown pooling {self.pooling!r}")
-        pooled = jnp.einsum("...e,...ed->...d", w.astype(h.dtype), h)
         return nn.Dense(self.out_dim, name="out")(pooled)
 
 

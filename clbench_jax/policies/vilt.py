@@ -84,6 +84,8 @@ class BCViLTNet(nn.Module):
             return x, None, ids
         if c.mode == "state":
             tok = obs["tokens"].astype(jnp.float32)
+            ee = obs["ee_pos"].astype(jnp.float32)
+            tok = jnp.concatenate([tok, tok[..., :3] - ee[..., None, :]], -1)  # + offset from the hand
             tok = tok.reshape(b * t, *tok.shape[2:])
             x = nn.Dense(e, name="object_proj")(nn.gelu(nn.Dense(e, name="object_in")(tok)))
             return x, obs["token_mask"].astype(bool).reshape(b * t, -1), [0] * x.shape[1]
