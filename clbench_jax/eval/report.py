@@ -1,15 +1,20 @@
 """The run report: metrics.json, report.md and PNG plots, from the run folder's files only.
 
 Success numbers come from grid/episodes.h5 (aggregate.py: per variant, then variants, then mean / std across
-seeds); FWT uses the training runs' learning curves (train/*/metrics.json, LIBERO's definition). `clbench report
-RUN` rebuilds everything from those files.
+seeds); FWT uses the training runs' learning curves (train/*/metrics.json, LIBERO's definition). The language
+battery adds seed 000's Table II / III and Figures 3-6: contrast and collision metrics of the final checkpoint
+(per slot, achieved goals), the action-level metrics (eval/battery.py -> action_level.json, computed when the
+checkpoints and demos are there), Spearman correlations over method-task pairs, variant coverage from the run's
+variant file, and the final vs temporal paraphrase gap. `clbench report RUN` rebuilds everything from those files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -33,11 +38,18 @@ def learning_curves(run_dir: Path) -> dict:
     return out
 
 
-def finalize(run_dir: str | os.PathLike) -> dict:
-    """Aggregate grid/episodes.h5 into metrics.json and write report.md + plots -> the metrics dict."""
-    from clbench_jax.eval import aggregate
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = None,
+             action_level: bool = True) -> dict:
+    """Aggregate grid/episodes.h5 into metrics.json and write report.md + plots -> the metrics dict.
+    `action_level`: compute (or reuse) action_level.json when the run's checkpoints and demos exist."""
+    from clbench_jax.eval import aggregate, battery
     from clbench_jax.eval.episodes import read_columns
 
+    log = log or _log
     run_dir = Path(run_dir)
     path = run_dir / "grid" / "episodes.h5"
     if not path.exists():
@@ -52,10 +64,22 @@ def finalize(run_dir: str | os.PathLike) -> dict:
                      zip(cols["method"], cols["seed"], cols["stage"], cols["task"], cols["status"])
                      if str(st).startswith("failed cell")})
     physics = int(np.char.startswith(cols["status"].astype(str), "physics").sum())
+    act, note = None, "disabled (finalize(action_level=False))"
+    if action_level:
+        try:
+            act, note = battery.run_action_level(run_dir, log=log)
+        except ClbenchError as e:  # a bad demo file or config: the report goes on without the action level
+            act, note = None, f"failed: {e}"
+    if note:
+        log(f"action-level metrics: {note}")
+    cov, cov_note = variant_coverage(run_dir)
     doc = {"tasks": tasks, "episodes": int(len(cols["method"])), "episode_file": "grid/episodes.h5",
            "success": aggregate.to_json(tensors), "metrics": metrics, "language": language_battery(cols, len(tasks)),
            "failed_cells": [dict(zip(("method", "seed", "stage", "task", "reason"), f)) for f in failed],
-           "physics_failures": physics}
+           "physics_failures": physics,
+           "action_level": {"file": battery.FILE if act else None, "note": note, "summary": battery.summary(act)},
+           "table3": battery.table3(cols, len(tasks), act),
+           "coverage": cov if cov else {"skipped": cov_note}}
     tmp = run_dir / "metrics.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1))
     os.replace(tmp, run_dir / "metrics.json")
@@ -67,8 +91,10 @@ LANGUAGE = {"contrast": ("target_sr", "gsa", "original_persistence"), "collision
 
 
 def language_battery(cols: dict, n_tasks: int) -> dict:
-    """Seed 000's Table II / Figure 4 numbers for the final checkpoint (stage K - 1), per method: contrast Target
-    SR / GSA / Original Persistence and collision OGP / CGAR / AIR (eval/language_metrics.py), per seed, then
+    """Seed 000's Table II / Figure 3 / Figure 4 numbers for the final checkpoint (stage K - 1), per method:
+    contrast Target SR / GSA / Original Persistence, the same per edited slot (`contrast_per_slot`; a slot with no
+    episode in any seed is {"unavailable": true}), collision OGP / CGAR / AIR and the achieved-goal distribution
+    (`collision_achieved`: original / other / multiple / none) (eval/language_metrics.py), per seed, then
     mean / std across seeds."""
     from clbench_jax.eval import language_metrics as L
     from clbench_jax.eval.aggregate import mean_std
@@ -91,8 +117,44 @@ def language_battery(cols: dict, n_tasks: int) -> dict:
                                               cols["held_at_reset"][r], cols["action_initiated"][r])
                 for k in keys:
                     per.setdefault(cond, {}).setdefault(k, []).append(res[k])
-        out[m] = {c: {k: mean_std(v) for k, v in d.items()} for c, d in per.items()}
+                if cond == "contrast":
+                    for slot, r2 in res["per_slot"].items():
+                        for k in keys:
+                            per.setdefault("contrast_per_slot", {}).setdefault(slot, {}).setdefault(k, []).append(
+                                None if r2.get("unavailable") else r2[k])
+                else:
+                    for k, v in res["achieved"].items():
+                        per.setdefault("collision_achieved", {}).setdefault(k, []).append(v)
+        res_m = {c: {k: mean_std(v) for k, v in per[c].items()} for c in LANGUAGE if c in per}
+        if "collision_achieved" in per:
+            res_m["collision_achieved"] = {k: mean_std(v) for k, v in per["collision_achieved"].items()}
+        if "contrast_per_slot" in per:
+            ck = LANGUAGE["contrast"]
+            res_m["contrast_per_slot"] = {
+                slot: {k: mean_std(d[k]) for k in ck} if any(x is not None for x in d[ck[0]]) else {"unavailable": True}
+                for slot, d in per["contrast_per_slot"].items()}
+        out[m] = res_m
     return out
+
+
+def variant_coverage(run_dir: Path) -> tuple[dict | None, str | None]:
+    """Figure 5's numbers: language.variants.coverage of the run's variant file (config.yaml grid.variants) ->
+    (coverage, None) or (None, why not)."""
+    import yaml
+
+    from clbench_jax.eval.battery import variant_file
+    from clbench_jax.language.variants import coverage, read_variants
+
+    cfg = run_dir / "config.yaml"
+    if not cfg.exists():
+        return None, "no config.yaml in the run folder"
+    path = variant_file(((yaml.safe_load(cfg.read_text()) or {}).get("grid") or {}).get("variants"))
+    if path is None:
+        return None, "the run has no variant file"
+    try:
+        return dict(coverage(read_variants(path)), file=str(path)), None
+    except ClbenchError as e:
+        return None, str(e)
 
 
 def write_report(run_dir: Path, doc: dict, tensors: dict, curves: dict) -> None:
@@ -138,6 +200,7 @@ def write_report(run_dir: Path, doc: dict, tensors: dict, curves: dict) -> None:
             c, x = res.get("contrast", {}), res.get("collision", {})
             lines.append(f"| {m} | " + " | ".join(_pm(c.get(k)) for k in LANGUAGE["contrast"]) + " | "
                          + " | ".join(_pm(x.get(k)) for k in LANGUAGE["collision"]) + " |")
+    lines += battery_sections(run_dir, doc)
     lines += ["", "## Final success per task (original instructions, after the last stage)", "",
               "| task | " + " | ".join(tensors) + " |", "|---|" + "---|" * len(tensors)]
     for j, t in enumerate(tasks):
@@ -166,6 +229,201 @@ def write_report(run_dir: Path, doc: dict, tensors: dict, curves: dict) -> None:
     tmp = run_dir / "report.md.tmp"
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, run_dir / "report.md")
+
+
+def _pct(d: dict | None) -> str:
+    return "n/a" if not d or d.get("mean") is None else f"{100 * d['mean']:.1f}"
+
+
+def _num(d: dict | None) -> str:
+    return "n/a" if not d or d.get("mean") is None else f"{d['mean']:.3f} ± {d['std']:.3f}"
+
+
+def battery_sections(run_dir: Path, doc: dict) -> list[str]:
+    """Markdown for seed 000's Figures 3-6 and Table III (writes the figures' PNGs) -> lines."""
+    from clbench_jax.eval.battery import TABLE3
+    from clbench_jax.eval.language_metrics import ACHIEVED, SLOTS
+
+    lang, lines = doc["language"], []
+    slots = {m: r["contrast_per_slot"] for m, r in lang.items() if "contrast_per_slot" in r}
+    if slots:
+        lines += ["", "### Contrasts per edited slot (Figure 3)", "",
+                  "Target SR / GSA / original persistence at the final checkpoint; n/a: no retained contrast of "
+                  "that slot in the run's variant set.", "",
+                  "| method | " + " | ".join(SLOTS) + " |", "|---|" + "---|" * len(SLOTS)]
+        for m, d in slots.items():
+            cells = ["n/a" if d.get(sl, {"unavailable": True}).get("unavailable") else
+                     " / ".join(_pct(d[sl][k]) for k in LANGUAGE["contrast"]) for sl in SLOTS]
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        plot_slots(slots, str(run_dir / "fig3_contrast_slots.png"))
+        lines += ["", "![Figure 3: contrasts per slot](fig3_contrast_slots.png)"]
+    act = doc["action_level"]["summary"]
+    ach = {m: r["collision_achieved"] for m, r in lang.items() if "collision_achieved" in r}
+    if ach:
+        lines += ["", "### Collision behaviour (Figure 4)", "",
+                  "Achieved-goal distribution of the final checkpoint's collision rollouts (newly reached audited "
+                  "goals), AIR, and the action-level metrics under the collision instructions.", "",
+                  "| method | " + " | ".join(ACHIEVED) + " | AIR | AD | LM |", "|---|" + "---|" * (len(ACHIEVED) + 3)]
+        for m, d in ach.items():
+            a = act.get(m, {}).get("collision", {})
+            lines.append(f"| {m} | " + " | ".join(_pm(d.get(k)) for k in ACHIEVED) + " | "
+                         + f"{_pm(lang[m].get('collision', {}).get('air'))} | {_num(a.get('ad'))} | "
+                         f"{_num(a.get('lm'))} |")
+        plot_collisions(ach, {m: r.get("collision", {}) for m, r in lang.items()}, act,
+                        str(run_dir / "fig4_collisions.png"))
+        lines += ["", "![Figure 4: collision behaviour](fig4_collisions.png)"]
+    lines += ["", "### Action level (demonstration observations)", ""]
+    note = doc["action_level"]["note"]
+    if act:
+        settings = _action_settings(run_dir)
+        lines += [f"Final checkpoint of each method and seed, on up to {settings.get('n_windows', '?')} demo windows "
+                  f"per task (`{doc['action_level']['file'] or 'action_level.json'}`, eval/battery.py). AD: distance "
+                  "between the mixture-mean actions under the original and the perturbed instruction / 2 sqrt(d_a) "
+                  "(0..1); LM: log p(a* | o, original) − log p(a* | o, perturbed) of the expert action (nats; > 0: "
+                  "the expert action is likelier under the original). Variants equally within a task, tasks "
+                  "equally, mean ± std across seeds." + (f" Note: {note}." if note else ""), "",
+                  "| method | condition | AD | LM |", "|---|---|---|---|"]
+        lines += [f"| {m} | {c} | {_num(v.get('ad'))} | {_num(v.get('lm'))} |" for m, cs in act.items()
+                  for c, v in cs.items()]
+    else:
+        lines.append(f"Not computed: {note}.")
+    t3 = doc["table3"]
+    if t3["rows"]:
+        lines += ["", "### Spearman correlations over method-task pairs (Table III)", "",
+                  "Eligible pairs: (method, task) with statically validated collisions evaluated at the final "
+                  "checkpoint; a pair without a value (CGAR when every audited goal held at reset, AD / LM without "
+                  "action-level results) drops out of that correlation. Rho per seed, mean ± std across seeds.", "",
+                  "| pair | Spearman ρ | pairs per seed |", "|---|---|---|"]
+        lines += [f"| {name} | {_num(t3[k])} | {', '.join(map(str, t3[k]['pairs']))} |" for k, name, _, _ in TABLE3]
+    cov = doc["coverage"]
+    lines += ["", "### Variant coverage (Figure 5)", ""]
+    if "skipped" in cov:
+        lines.append(f"Not available: {cov['skipped']}.")
+    else:
+        from clbench_jax.language.variants import coverage_table, plot_coverage
+
+        plot_coverage([cov], run_dir / "fig5_coverage.png")
+        lines += [f"Retained vs excluded variants of `{cov['file']}` (its validation verdicts; collisions: "
+                  "statically verified retained, unverified probes apart).", "", coverage_table([cov]), "",
+                  "![Figure 5: variant coverage](fig5_coverage.png)"]
+    gaps = {m: r["paraphrase_gap"] for m, r in doc["metrics"].items() if "paraphrase_gap" in r}
+    if gaps:
+        plot_gaps(gaps, str(run_dir / "fig6_paraphrase_gaps.png"))
+        lines += ["", "### Final vs temporal paraphrase gap (Figure 6)", "",
+                  "Final gap: original − paraphrase success after the last stage; AUC gap: the same on LIBERO's AUC "
+                  "(all stages). Numbers in the paraphrase-gap table above.", "",
+                  "![Figure 6: final vs AUC paraphrase gap](fig6_paraphrase_gaps.png)"]
+    return lines
+
+
+def _action_settings(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "action_level.json").read_text()).get("settings", {})
+    except (OSError, ValueError):
+        return {}
+
+
+# ------------------------------------------------------------------------------------------- figures
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str) -> None:
+    tmp = path + ".tmp"
+    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    os.replace(tmp, path)
+    fig.clf()
+
+
+def _ms(d: dict | None, scale: float = 1.0) -> tuple[float, float]:
+    if not d or d.get("mean") is None:
+        return np.nan, 0.0
+    return scale * d["mean"], scale * d["std"]
+
+
+def plot_slots(slots: dict, path: str) -> None:
+    """Figure 3: per slot, one bar per method, for Target SR / GSA / original persistence (percent)."""
+    from clbench_jax.eval.language_metrics import SLOTS
+
+    plt = _plt()
+    methods = list(slots)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), sharey=True)
+    x, w = np.arange(len(SLOTS)), 0.8 / max(len(methods), 1)
+    for ax, k, title in zip(axes, LANGUAGE["contrast"], ("Target SR", "GSA", "Original persistence")):
+        for i, m in enumerate(methods):
+            ms = [_ms(None if slots[m].get(sl, {}).get("unavailable") else slots[m].get(sl, {}).get(k), 100)
+                  for sl in SLOTS]
+            ax.bar(x + (i - (len(methods) - 1) / 2) * w, [a for a, _ in ms], w, yerr=[b for _, b in ms],
+                   label=m, capsize=2)
+        for xi, sl in zip(x, SLOTS):
+            if all(slots[m].get(sl, {"unavailable": True}).get("unavailable") for m in methods):
+                ax.text(xi, 2, "n/a", ha="center", fontsize=7, color="gray")
+        ax.set_xticks(x, SLOTS, fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylim(0, 105)
+    axes[0].set_ylabel("% of contrast rollouts")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Minimal contrasts per edited slot, final checkpoint", fontsize=9)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_collisions(achieved: dict, collision: dict, act: dict, path: str) -> None:
+    """Figure 4: per method, the stacked achieved-goal distribution with AIR marked; AD and LM under collisions
+    (when computed)."""
+    from clbench_jax.eval.language_metrics import ACHIEVED
+
+    plt = _plt()
+    methods = list(achieved)
+    have_act = any("collision" in act.get(m, {}) for m in methods)
+    fig, axes = plt.subplots(1, 3 if have_act else 1, figsize=(11 if have_act else 4.5, 3.2), squeeze=False)
+    ax, x = axes[0][0], np.arange(len(methods))
+    bottom = np.zeros(len(methods))
+    colors = {"original": "#3a7d44", "other": "#e0a030", "multiple": "#6a4c93", "none": "#9a9a9a"}
+    for k in ACHIEVED:
+        v = np.nan_to_num([_ms(achieved[m].get(k), 100)[0] for m in methods])
+        ax.bar(x, v, 0.6, bottom=bottom, label=k, color=colors[k])
+        bottom += v
+    air = [_ms(collision.get(m, {}).get("air"), 100)[0] for m in methods]
+    ax.plot(x, air, "k_", markersize=22, mew=2, label="AIR")
+    ax.set_xticks(x, methods, fontsize=8)
+    ax.set_ylabel("% of collision rollouts")
+    ax.set_ylim(0, 110)
+    ax.set_title("achieved goal", fontsize=9)
+    ax.legend(fontsize=6, ncol=5, loc="upper center")
+    if have_act:
+        for a2, k, title in zip(axes[0][1:], ("ad", "lm"), ("Action Divergence", "Language Margin (nats)")):
+            ms = [_ms(act.get(m, {}).get("collision", {}).get(k)) for m in methods]
+            a2.bar(x, [a for a, _ in ms], 0.6, yerr=[b for _, b in ms], capsize=3, color="#4a6fa5")
+            a2.axhline(0, color="k", lw=0.5)
+            a2.set_xticks(x, methods, fontsize=8)
+            a2.set_title(title, fontsize=9)
+    fig.suptitle("Scene-incompatible (collision) instructions, final checkpoint", fontsize=9)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_gaps(gaps: dict, path: str) -> None:
+    """Figure 6: per method, the final gap and the AUC (temporal) gap, original − paraphrase, in points."""
+    plt = _plt()
+    methods = list(gaps)
+    x = np.arange(len(methods))
+    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(methods), 3.2))
+    for off, k, label in ((-0.2, "final_gap", "final gap"), (0.2, "auc_gap", "AUC gap (temporal)")):
+        ms = [_ms(gaps[m].get(k), 100) for m in methods]
+        ax.bar(x + off, [a for a, _ in ms], 0.4, yerr=[b for _, b in ms], capsize=3, label=label)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xticks(x, methods, fontsize=8)
+    ax.set_ylabel("original − paraphrase (points)")
+    ax.legend(fontsize=7)
+    ax.set_title("Paraphrase gap: final checkpoint vs all stages", fontsize=9)
+    _save(fig, path)
+    plt.close(fig)
 
 
 def _curve_epochs(run_dir: Path, method: str, seed: int, curves) -> list:

@@ -1,0 +1,308 @@
+"""Seed 000's action-level battery and Table III, from a run folder.
+
+Action level (RUN/action_level.json): for the final checkpoint of every (method, seed) of the run, on every task j,
+a fixed sample of demonstration windows of task j (up to `n_windows`, drawn once per task from the grid seed, the
+same windows for every method) is fed to the policy under the original instruction and under each perturbed
+instruction of the run's variant set (paraphrase, contrast, collision). Per variant: Action Divergence and the
+expert-action Language Margin (`language_metrics.action_level`, the last step of each full window); per condition:
+variants averaged equally. The file is written atomically after each (method, seed), so an interrupted computation
+resumes with the runs it lacks; a file whose fingerprint (windows, seed, policy, tasks, variants, demo files)
+matches is reused as it is.
+
+Table III: Spearman's rho across eligible method-task pairs, per seed, then mean / std across seeds: AD vs OGP and
+LM vs OGP (both under the collision instructions) and AIR vs CGAR. A (method, task) pair is eligible when the task
+has statically validated collisions that ran at the method's final checkpoint (the grid evaluates no other
+collisions; unverified probes stay out, as in seed 000); a value that is undefined for a pair (CGAR when every
+audited goal held at reset in all its rollouts, AD / LM without action-level results) leaves that pair out of the
+correlations that need it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from clbench_jax.errors import DataFileError
+
+FORMAT = "clbench-action-level"
+VERSION = 1
+N_WINDOWS = 256
+FILE = "action_level.json"
+PERTURBED = ("paraphrase", "contrast", "collision")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------- demo windows
+def demo_windows(path: str, mode: str, seq_len: int, n: int, rng: np.random.Generator):
+    """Up to `n` full windows (seq_len steps inside one demo, no end padding) of a demo file, drawn without
+    replacement, in file order -> (policy obs {key: (n, L, ...)}, the expert's action at each window's last step
+    (n, A)); None when no demo is as long as a window."""
+    from clbench_jax.data.hdf5 import SequenceDataset
+    from clbench_jax.lifelong.data import OBS_KEYS, policy_batch
+
+    with SequenceDataset([path], seq_len=seq_len, obs_keys=tuple(OBS_KEYS[mode]), pad_end=False) as ds:
+        if len(ds) == 0:
+            return None
+        idx = np.sort(rng.choice(len(ds), size=min(n, len(ds)), replace=False))
+        raw = ds.gather(idx)
+    return policy_batch(raw, np.zeros((1, 1), np.float32), mode)["obs"], raw["actions"][:, -1]
+
+
+# ------------------------------------------------------------------------------------------- per task
+def task_action_level(policy, params, obs, expert, lang_orig, variants, lang_pert, batch_size=None) -> dict:
+    """{variant id: {condition, slot, ad, lm}}: the window means of AD and LM for each perturbed variant, against
+    the original instruction's embedding `lang_orig` (D,); lang_pert: (V, D), one row per variant."""
+    from clbench_jax.eval.language_metrics import action_level
+
+    n = len(expert)
+    lo = np.repeat(np.asarray(lang_orig, np.float32)[None], n, 0)
+    out = {}
+    for v, e in zip(variants, lang_pert):
+        r = action_level(policy, params, obs, lo, np.repeat(np.asarray(e, np.float32)[None], n, 0), expert,
+                         batch_size)
+        out[v.id] = {"condition": v.condition, "slot": v.slot, "ad": r["ad"], "lm": r["lm"]}
+    return out
+
+
+def by_condition(per_variant: dict) -> dict:
+    """{condition: {ad, lm, variants}}: variants averaged equally within the condition."""
+    groups: dict = defaultdict(list)
+    for r in per_variant.values():
+        groups[r["condition"]].append(r)
+    return {c: {"ad": float(np.mean([r["ad"] for r in rs])), "lm": float(np.mean([r["lm"] for r in rs])),
+                "variants": len(rs)} for c, rs in groups.items()}
+
+
+# ------------------------------------------------------------------------------------------- the file
+def _fingerprint(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def read_action_level(path: str | os.PathLike) -> dict:
+    """Load an action_level.json, checking its format (DataFileError names the file and field)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataFileError("action-level file not found", file=str(path)) from None
+    except json.JSONDecodeError as e:
+        raise DataFileError(f"not valid JSON: {e.msg}", file=str(path), line=e.lineno) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise DataFileError(f"not a {FORMAT} file", file=str(path), field="format")
+    if doc.get("version") != VERSION:
+        raise DataFileError(f"unsupported version (this code reads {VERSION})", file=str(path), field="version")
+    for k in ("fingerprint", "settings", "runs"):
+        if k not in doc:
+            raise DataFileError("missing field", file=str(path), field=k)
+    return doc
+
+
+def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], variants, demo_paths: Sequence[str],
+                         *, obs: str, embed: Callable[[], list], n_windows: int = N_WINDOWS, seed: int = 0,
+                         batch_size: int | None = None, log: Callable[[str], None] = _log) -> dict:
+    """Compute (or resume, or reuse) the action-level file -> its document.
+
+    checkpoints: the final grid.Checkpoint of each (method, seed); tasks: task names in order; variants: per task
+    the run's grid.Variant tuple (original first); demo_paths: per task its demo file; embed(): per task the (V_j, D)
+    embeddings of its variants, called only when something has to be computed."""
+    from clbench_jax.lifelong.loop import DEFAULT_SEQ_LEN, derive_rng
+
+    out_path = Path(out_path)
+    seq_len = int(getattr(policy.cfg, "seq_len", DEFAULT_SEQ_LEN))
+    settings = {"n_windows": int(n_windows), "seed": int(seed), "seq_len": seq_len, "obs": obs,
+                "policy": repr(policy.cfg), "tasks": list(tasks),
+                "variants": [[[v.id, v.condition, v.text] for v in vs] for vs in variants],
+                "demos": [[os.path.basename(p), os.path.getsize(p) if os.path.exists(p) else None]
+                          for p in demo_paths]}
+    fp = _fingerprint(settings)
+    doc = None
+    if out_path.exists():
+        try:
+            old = read_action_level(out_path)
+            doc = old if old["fingerprint"] == fp else None
+            if doc is None:
+                log(f"{out_path}: settings changed (fingerprint {old['fingerprint']} -> {fp}); recomputing")
+        except DataFileError as e:
+            log(f"{e}; recomputing")
+    doc = doc or {"format": FORMAT, "version": VERSION, "fingerprint": fp, "settings": settings, "runs": {}}
+    todo = [c for c in checkpoints if doc["runs"].get(f"{c.method}_s{c.seed}", {}).get("stage") != c.stage]
+    if not todo:
+        return doc
+    emb = embed()
+    windows: dict = {}
+    for c in todo:
+        log(f"action level: {c.method} seed {c.seed} (stage {c.stage}), {len(tasks)} task(s)")
+        entry = {"method": c.method, "seed": int(c.seed), "stage": int(c.stage), "tasks": []}
+        for j, name in enumerate(tasks):
+            row = {"task": j, "name": name}
+            pert = [i for i, v in enumerate(variants[j]) if v.condition in PERTURBED]
+            if j > c.stage or not pert:
+                entry["tasks"].append(dict(row, skipped="not learned yet" if j > c.stage else "no perturbed variant"))
+                continue
+            if j not in windows:
+                windows[j] = demo_windows(demo_paths[j], obs, seq_len, n_windows,
+                                          derive_rng(seed, "action_level", name))
+            if windows[j] is None:
+                entry["tasks"].append(dict(row, skipped=f"no demo of {seq_len} steps"))
+                continue
+            o, expert = windows[j]
+            per_var = task_action_level(policy, c.load(j), o, expert, emb[j][0], [variants[j][i] for i in pert],
+                                        np.asarray(emb[j])[pert], batch_size)
+            entry["tasks"].append(dict(row, windows=int(len(expert)), conditions=by_condition(per_var),
+                                       variants=per_var))
+        doc["runs"][f"{c.method}_s{c.seed}"] = entry
+        _write_json(out_path, doc)  # after every run: an interrupted computation resumes from here
+    return doc
+
+
+# ------------------------------------------------------------------------------------------- from a run folder
+def variant_file(variants: str | None) -> Path | None:
+    """The run config's grid.variants path (configs name files relative to the repository, as run.grid_spec)."""
+    if not variants:
+        return None
+    path = Path(variants)
+    if not path.exists() and not path.is_absolute():
+        path = Path(__file__).resolve().parents[2] / path
+    return path
+
+
+def run_action_level(run_dir, *, n_windows: int = N_WINDOWS, batch_size: int | None = None,
+                     log: Callable[[str], None] = _log) -> tuple[dict | None, str | None]:
+    """RUN/action_level.json for the run's final checkpoints -> (document or None, a note on why it was skipped or
+    reused as it is, or None). Needs config.yaml, the variant file, the demos and the checkpoints; without the demos
+    an existing file is reused unchecked."""
+    from clbench_jax.eval.grid import embed_variants
+    from clbench_jax.eval.run import (finished_stages, grid_settings, grid_spec, load_run_config, run_tasks,
+                                      stage_checkpoints, train_config)
+    from clbench_jax.lifelong.data import demo_path, has_demos
+    from clbench_jax.lifelong.loop import make_policy
+
+    run_dir = Path(run_dir)
+    out = run_dir / FILE
+    if not (run_dir / "config.yaml").exists():
+        return None, "no config.yaml in the run folder"
+    cfg = load_run_config(run_dir / "config.yaml")
+    g = grid_settings(cfg)
+    if not g["variants"]:
+        return None, "the run has no variant file (original instructions only)"
+    tasks = run_tasks(cfg)
+    first = train_config(cfg, cfg.methods[0], cfg.seeds[0])
+    missing = [t.name for t in tasks if not has_demos(first.demos_dir, t)]
+    if missing:
+        why = f"no demos for task {missing[0]} in {first.demos_dir}"
+        if out.exists():
+            return read_action_level(out), f"{why}; using the existing {FILE} as it is"
+        return None, why
+    spec = grid_spec(cfg, tasks, first.obs, first.image_size)
+    if not any(v.condition in PERTURBED for vs in spec.variants for v in vs):
+        return None, "no perturbed instruction in the run's variant set"
+    cks, absent = [], []
+    for m in cfg.methods:
+        for s in cfg.seeds:
+            tdir = run_dir / "train" / f"{m}_s{s}"
+            final = [c for c in (stage_checkpoints(tdir, train_config(cfg, m, s), len(tasks), m)
+                                 if finished_stages(tdir) else []) if c.stage == len(tasks) - 1]
+            if final:
+                cks.append(final[-1])
+            else:
+                absent.append(f"{m} seed {s}")
+    if absent:
+        log(f"action level: no final checkpoint for {', '.join(absent)}")
+    if not cks:
+        return None, "no final checkpoint under train/"
+    policy = make_policy(first)
+    doc = compute_action_level(out, cks, policy, [t.name for t in tasks], spec.variants,
+                               [demo_path(first.demos_dir, t) for t in tasks], obs=first.obs,
+                               embed=lambda: embed_variants(spec, first.lang, cfg.suite), n_windows=n_windows,
+                               seed=g["seed"], batch_size=batch_size, log=log)
+    return doc, None
+
+
+# ------------------------------------------------------------------------------------------- summaries
+def summary(doc: dict | None) -> dict:
+    """{method: {condition: {ad, lm: mean / std across seeds}}}: per seed, tasks averaged equally."""
+    from clbench_jax.eval.aggregate import mean_std
+
+    if not doc:
+        return {}
+    per: dict = {}
+    for r in doc["runs"].values():
+        conds: dict = defaultdict(lambda: defaultdict(list))
+        for t in r["tasks"]:
+            for c, v in t.get("conditions", {}).items():
+                conds[c]["ad"].append(v["ad"]), conds[c]["lm"].append(v["lm"])
+        for c, d in conds.items():
+            for k, vs in d.items():
+                per.setdefault(r["method"], {}).setdefault(c, {}).setdefault(k, []).append(float(np.mean(vs)))
+    return {m: {c: {k: mean_std(v) for k, v in d.items()} for c, d in sorted(cs.items())} for m, cs in per.items()}
+
+
+def _ran(cols: dict) -> np.ndarray:
+    st = np.asarray(cols["status"]).astype(str)
+    return (st == "ok") | np.char.startswith(st, "physics")
+
+
+def pair_rows(cols: dict, n_tasks: int, doc: dict | None = None) -> list[dict]:
+    """One row per eligible (method, seed, task): collision OGP / CGAR / AIR of the task's rollouts at the final
+    checkpoint (stage n_tasks - 1) and, from the action-level document, the task's collision AD / LM (NaN when
+    absent)."""
+    from clbench_jax.eval.language_metrics import collision_metrics
+
+    act = {}
+    for r in (doc or {}).get("runs", {}).values():
+        for t in r["tasks"]:
+            c = t.get("conditions", {}).get("collision")
+            if c:
+                act[(r["method"], r["seed"], t["task"])] = c
+    m = _ran(cols) & (np.asarray(cols["stage"]) == n_tasks - 1) & (np.asarray(cols["condition"]) == "collision")
+    method, seed, task = (np.asarray(cols[k])[m] for k in ("method", "seed", "task"))
+    rows = []
+    for key in sorted({(str(a), int(b), int(c)) for a, b, c in zip(method, seed, task)}):
+        r = np.flatnonzero(m)[(method == key[0]) & (seed == key[1]) & (task == key[2])]
+        res = collision_metrics(cols["task"][r], cols["variant"][r], cols["success"][r], cols["held_at_reset"][r],
+                                cols["action_initiated"][r])
+        a = act.get(key, {})
+        rows.append({"method": key[0], "seed": key[1], "task": key[2], "ogp": res["ogp"], "cgar": res["cgar"],
+                     "air": res["air"], "ad": a.get("ad", float("nan")), "lm": a.get("lm", float("nan"))})
+    return rows
+
+
+TABLE3 = (("ad_vs_ogp", "AD vs OGP", "ad", "ogp"), ("lm_vs_ogp", "LM vs OGP", "lm", "ogp"),
+          ("air_vs_cgar", "AIR vs CGAR", "air", "cgar"))
+
+
+def table3(cols: dict, n_tasks: int, doc: dict | None = None) -> dict:
+    """Table III: per seed, Spearman's rho over that seed's eligible method-task pairs (language_metrics
+    .correlations); then mean / std across seeds, with the number of pairs entering each rho per seed."""
+    from clbench_jax.eval.aggregate import mean_std
+    from clbench_jax.eval.language_metrics import correlations
+
+    rows = pair_rows(cols, n_tasks, doc)
+    seeds = sorted({r["seed"] for r in rows})
+    nan_none = lambda v: v if not isinstance(v, float) or np.isfinite(v) else None  # noqa: E731
+    out: dict = {"seeds": seeds, "rows": [{k: nan_none(v) for k, v in r.items()} for r in rows]}
+    for key, _, x, y in TABLE3:
+        rho = []
+        for s in seeds:
+            rs = [r for r in rows if r["seed"] == s]
+            rho.append(correlations(rs)[key])
+        out[key] = mean_std(rho)
+        out[key]["pairs"] = [int(sum(bool(np.isfinite(r[x]) and np.isfinite(r[y])) for r in rows if r["seed"] == s))
+                             for s in seeds]
+    return out
