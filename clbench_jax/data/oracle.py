@@ -639,8 +639,8 @@ _ORACLES: dict = {}
 def _oracle_for(scene: Scene, noise: bool):
     key = (id(scene), noise)
     if key not in _ORACLES:
-        _ORACLES[key] = make_oracle(scene, noise)
-    return _ORACLES[key]
+        _ORACLES[key] = (scene, make_oracle(scene, noise))  # keep the scene alive: id() stays unique
+    return _ORACLES[key][1]
 
 
 def run_oracle(scene: Scene, tasks, n_per_task: int, seed: int = 0, horizon: int = 600, goal_atoms=None,

@@ -115,12 +115,15 @@ def read_action_level(path: str | os.PathLike) -> dict:
 
 def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], variants, demo_paths: Sequence[str],
                          *, obs: str, embed: Callable[[], list], n_windows: int = N_WINDOWS, seed: int = 0,
-                         batch_size: int | None = None, log: Callable[[str], None] = _log) -> dict:
+                         batch_size: int | None = None, identity: dict | None = None, stamps: dict | None = None,
+                         log: Callable[[str], None] = _log) -> dict:
     """Compute (or resume, or reuse) the action-level file -> its document.
 
     checkpoints: the final grid.Checkpoint of each (method, seed); tasks: task names in order; variants: per task
     the run's grid.Variant tuple (original first); demo_paths: per task its demo file; embed(): per task the (V_j, D)
-    embeddings of its variants, called only when something has to be computed."""
+    embeddings of its variants, called only when something has to be computed. identity: more settings the results
+    depend on (e.g. the language embedding); stamps: per run key ("<method>_s<seed>") a stamp of its checkpoint
+    (a run whose stamp changed is recomputed)."""
     from clbench_jax.lifelong.loop import DEFAULT_SEQ_LEN, derive_rng
 
     out_path = Path(out_path)
@@ -129,7 +132,7 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
                 "policy": repr(policy.cfg), "tasks": list(tasks),
                 "variants": [[[v.id, v.condition, v.text] for v in vs] for vs in variants],
                 "demos": [[os.path.basename(p), os.path.getsize(p) if os.path.exists(p) else None]
-                          for p in demo_paths]}
+                          for p in demo_paths], **(identity or {})}
     fp = _fingerprint(settings)
     doc = None
     if out_path.exists():
@@ -141,14 +144,18 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
         except DataFileError as e:
             log(f"{e}; recomputing")
     doc = doc or {"format": FORMAT, "version": VERSION, "fingerprint": fp, "settings": settings, "runs": {}}
-    todo = [c for c in checkpoints if doc["runs"].get(f"{c.method}_s{c.seed}", {}).get("stage") != c.stage]
+    stamps = stamps or {}
+    key = lambda c: f"{c.method}_s{c.seed}"  # noqa: E731
+    todo = [c for c in checkpoints if (doc["runs"].get(key(c), {}).get("stage"),
+                                       doc["runs"].get(key(c), {}).get("checkpoint")) != (c.stage, stamps.get(key(c)))]
     if not todo:
         return doc
     emb = embed()
     windows: dict = {}
     for c in todo:
         log(f"action level: {c.method} seed {c.seed} (stage {c.stage}), {len(tasks)} task(s)")
-        entry = {"method": c.method, "seed": int(c.seed), "stage": int(c.stage), "tasks": []}
+        entry = {"method": c.method, "seed": int(c.seed), "stage": int(c.stage), "checkpoint": stamps.get(key(c)),
+                 "tasks": []}
         for j, name in enumerate(tasks):
             row = {"task": j, "name": name}
             pert = [i for i, v in enumerate(variants[j]) if v.condition in PERTURBED]
@@ -166,7 +173,7 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
                                         np.asarray(emb[j])[pert], batch_size)
             entry["tasks"].append(dict(row, windows=int(len(expert)), conditions=by_condition(per_var),
                                        variants=per_var))
-        doc["runs"][f"{c.method}_s{c.seed}"] = entry
+        doc["runs"][key(c)] = entry
         _write_json(out_path, doc)  # after every run: an interrupted computation resumes from here
     return doc
 
@@ -212,14 +219,17 @@ def run_action_level(run_dir, *, n_windows: int = N_WINDOWS, batch_size: int | N
     spec = grid_spec(cfg, tasks, first.obs, first.image_size)
     if not any(v.condition in PERTURBED for vs in spec.variants for v in vs):
         return None, "no perturbed instruction in the run's variant set"
-    cks, absent = [], []
+    cks, absent, stamps = [], [], {}
     for m in cfg.methods:
         for s in cfg.seeds:
             tdir = run_dir / "train" / f"{m}_s{s}"
-            final = [c for c in (stage_checkpoints(tdir, train_config(cfg, m, s), len(tasks), m)
-                                 if finished_stages(tdir) else []) if c.stage == len(tasks) - 1]
+            stages = finished_stages(tdir)
+            final = [c for c in (stage_checkpoints(tdir, train_config(cfg, m, s), len(tasks), m) if stages else [])
+                     if c.stage == len(tasks) - 1]
             if final:
                 cks.append(final[-1])
+                step = tdir / "checkpoints" / str(stages[-1])
+                stamps[f"{m}_s{s}"] = f"{stages[-1]}:{step.stat().st_mtime_ns}"
             else:
                 absent.append(f"{m} seed {s}")
     if absent:
@@ -230,7 +240,8 @@ def run_action_level(run_dir, *, n_windows: int = N_WINDOWS, batch_size: int | N
     doc = compute_action_level(out, cks, policy, [t.name for t in tasks], spec.variants,
                                [demo_path(first.demos_dir, t) for t in tasks], obs=first.obs,
                                embed=lambda: embed_variants(spec, first.lang, cfg.suite), n_windows=n_windows,
-                               seed=g["seed"], batch_size=batch_size, log=log)
+                               seed=g["seed"], batch_size=batch_size or (32 if first.obs == "rgb" else None),
+                               identity={"lang": first.lang}, stamps=stamps, log=log)
     return doc, None
 
 
@@ -246,14 +257,16 @@ def summary(doc: dict | None) -> dict:
         conds: dict = defaultdict(lambda: defaultdict(list))
         for t in r["tasks"]:
             for c, v in t.get("conditions", {}).items():
-                conds[c]["ad"].append(v["ad"]), conds[c]["lm"].append(v["lm"])
+                for k in ("ad", "lm"):
+                    conds[c][k].append(v[k])
         for c, d in conds.items():
             for k, vs in d.items():
                 per.setdefault(r["method"], {}).setdefault(c, {}).setdefault(k, []).append(float(np.mean(vs)))
     return {m: {c: {k: mean_std(v) for k, v in d.items()} for c, d in sorted(cs.items())} for m, cs in per.items()}
 
 
-def _ran(cols: dict) -> np.ndarray:
+def ran_episodes(cols: dict) -> np.ndarray:
+    """Episodes that ran (status ok, or physics failed: counted as unsuccessful); failed cells did not."""
     st = np.asarray(cols["status"]).astype(str)
     return (st == "ok") | np.char.startswith(st, "physics")
 
@@ -270,7 +283,7 @@ def pair_rows(cols: dict, n_tasks: int, doc: dict | None = None) -> list[dict]:
             c = t.get("conditions", {}).get("collision")
             if c:
                 act[(r["method"], r["seed"], t["task"])] = c
-    m = _ran(cols) & (np.asarray(cols["stage"]) == n_tasks - 1) & (np.asarray(cols["condition"]) == "collision")
+    m = ran_episodes(cols) & (np.asarray(cols["stage"]) == n_tasks - 1) & (np.asarray(cols["condition"]) == "collision")
     method, seed, task = (np.asarray(cols[k])[m] for k in ("method", "seed", "task"))
     rows = []
     for key in sorted({(str(a), int(b), int(c)) for a, b, c in zip(method, seed, task)}):

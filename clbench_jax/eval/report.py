@@ -98,8 +98,9 @@ def language_battery(cols: dict, n_tasks: int) -> dict:
     mean / std across seeds."""
     from clbench_jax.eval import language_metrics as L
     from clbench_jax.eval.aggregate import mean_std
+    from clbench_jax.eval.battery import ran_episodes
 
-    ran = np.asarray([str(x) == "ok" or str(x).startswith("physics") for x in cols["status"]])
+    ran = ran_episodes(cols)
     out: dict = {}
     for m in sorted(set(cols["method"].tolist())):
         per: dict = {}
@@ -381,7 +382,8 @@ def plot_collisions(achieved: dict, collision: dict, act: dict, path: str) -> No
     plt = _plt()
     methods = list(achieved)
     have_act = any("collision" in act.get(m, {}) for m in methods)
-    fig, axes = plt.subplots(1, 3 if have_act else 1, figsize=(11 if have_act else 4.5, 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, 3 if have_act else 1, figsize=(12 if have_act else 4.5, 3.4), squeeze=False,
+                             constrained_layout=True)
     ax, x = axes[0][0], np.arange(len(methods))
     bottom = np.zeros(len(methods))
     colors = {"original": "#3a7d44", "other": "#e0a030", "multiple": "#6a4c93", "none": "#9a9a9a"}
@@ -393,9 +395,9 @@ def plot_collisions(achieved: dict, collision: dict, act: dict, path: str) -> No
     ax.plot(x, air, "k_", markersize=22, mew=2, label="AIR")
     ax.set_xticks(x, methods, fontsize=8)
     ax.set_ylabel("% of collision rollouts")
-    ax.set_ylim(0, 110)
-    ax.set_title("achieved goal", fontsize=9)
-    ax.legend(fontsize=6, ncol=5, loc="upper center")
+    ax.set_ylim(0, 100)
+    ax.set_title("achieved goal (AIR: black line)", fontsize=9)
+    ax.legend(fontsize=6, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     if have_act:
         for a2, k, title in zip(axes[0][1:], ("ad", "lm"), ("Action Divergence", "Language Margin (nats)")):
             ms = [_ms(act.get(m, {}).get("collision", {}).get(k)) for m in methods]

@@ -222,11 +222,15 @@ def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizo
 
 
 _TASK_STACKS: dict[int, env.TaskArrays] = {}
-_CONSTS: dict[int, env.SceneConsts] = {}
+_CONSTS: dict[int, tuple] = {}
 _JITTED: dict[tuple, Callable] = {}
+# Caches are keyed by id(scene) and every entry holds the scene itself (`_SCENES`), so a cached scene is never
+# freed and its id never reused by another scene while the entry lives (conftest clears them per test module).
+_SCENES: dict[int, Scene] = {}
 
 
 def _consts(scene: Scene) -> env.SceneConsts:
+    _SCENES[id(scene)] = scene
     if id(scene) not in _CONSTS:
         _CONSTS[id(scene)] = env.scene_consts(scene)
     return _CONSTS[id(scene)]
@@ -242,6 +246,7 @@ def _cached(key: tuple, build: Callable) -> Callable:
 def task_stack(scene: Scene) -> env.TaskArrays:
     """TaskArrays of all the scene's tasks, stacked (cached per scene object)."""
     key = id(scene)
+    _SCENES[key] = scene
     if key not in _TASK_STACKS:
         _TASK_STACKS[key] = env.stack([env.task_arrays(scene, t) for t in scene.tasks])
     return _TASK_STACKS[key]
