@@ -122,14 +122,20 @@ def test_packnet_and_multitask_plug_in(demos, tmp_path):
 
 
 def test_missing_demos_skip_trains_nothing_at_that_stage(demos, tmp_path):
-    """A task without demos (the oracle cannot solve it): `missing_demos: skip` leaves its stage untrained and
-    the algorithm untouched (PackNet assigns it no weights), evaluates every seen task, and says so."""
+    """A task the oracle never solved (its demo file holds 0 demos): `missing_demos: skip` leaves its stage
+    untrained and the algorithm untouched (PackNet assigns it no weights), evaluates every seen task, and says so.
+    A missing file stays an error even then (a wrong folder must not look like unsolved tasks)."""
     import shutil
 
     tasks = ordered_tasks(SUITE, 0)[:K]
     folder = str(tmp_path / "partial")
     os.makedirs(folder)
-    shutil.copy(os.path.join(demos, f"{tasks[1].name}_demo.hdf5"), folder)  # stage 0's task has no file
+    shutil.copy(os.path.join(demos, f"{tasks[1].name}_demo.hdf5"), folder)
+    with pytest.raises(DataFileError, match=f"not found.*{tasks[0].name}"):
+        run_lifelong(make_config(dict(BASE, demos_dir=folder, missing_demos="skip")), str(tmp_path / "nofile"),
+                     progress=False)
+    write_demos(os.path.join(folder, f"{tasks[0].name}_demo.hdf5"), [], env_name="synthetic", problem_info={},
+                bddl_file_name=tasks[0].file, bddl_file_content="", env_args={})  # collected, none kept
     cfg = make_config(dict(BASE, algo="packnet", demos_dir=folder, missing_demos="skip",
                            algo_kwargs={"post_prune_epochs": 1}))
     m = run_lifelong(cfg, str(tmp_path / "skip"), progress=False)

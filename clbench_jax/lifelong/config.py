@@ -46,7 +46,7 @@ class TrainConfig:
     backend: str = "native"          # rollout physics: native | mjx
     image_size: int = 128
     eval_seed: int = 0               # seed of the fixed initial-state bank every evaluation uses
-    missing_demos: str = "error"     # a task without demos: error | skip (its stage trains nothing; reported)
+    missing_demos: str = "error"     # a demo file with 0 demos: error | skip (its stage trains nothing; reported)
     policy_kwargs: dict = field(default_factory=dict)
     algo_kwargs: dict = field(default_factory=dict)
 

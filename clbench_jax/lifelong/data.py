@@ -26,14 +26,14 @@ def demo_path(demos_dir: str, task) -> str:
 
 
 def has_demos(demos_dir: str, task) -> bool:
-    """True if the task's demo file exists and holds at least one demo."""
+    """Does the task's demo file hold at least one demo? A missing or unreadable file is an error (a wrong demos
+    folder must not pass for tasks without demos); a collection that kept none (the oracle never succeeded) is not."""
     from clbench_jax.data.hdf5 import read_meta
 
     path = demo_path(demos_dir, task)
-    try:
-        return os.path.exists(path) and int(read_meta(path)["num_demos"]) > 0
-    except DataFileError:
-        return False
+    if not os.path.exists(path):
+        raise DataFileError("demo file not found (make it with `clbench demos collect`)", file=path, task=task.name)
+    return int(read_meta(path)["num_demos"]) > 0
 
 
 def open_dataset(demos_dir: str, tasks, mode: str, seq_len: int) -> SequenceDataset:
