@@ -14,7 +14,9 @@ An episode runs with goal 0 = its variant's goal (it stops once that holds, as L
 have no goal and run the full horizon), followed by the task's goal columns.
 
 Work is cut into chunks of `chunk` episodes: whole (cell, variant) groups of `n_rollouts` episodes, one scene per
-chunk, the last chunk padded so every chunk has the same shapes (one compile). D devices run D chunks per rollout
+chunk, the last chunk padded so every chunk has the same shapes (one compile). `chunk="auto"` sizes chunks from the
+memory free when the grid starts (`chunk_plan`: an estimate of one episode's bytes against SAFETY x the free memory);
+the choice is kept in grid.json and a resumed grid reuses it. D devices run D chunks per rollout
 (shard.py). Each finished chunk is written to `chunks/NNNNN.h5` atomically, so an interrupted grid resumes with
 the chunks it lacks and ends with identical results. A cell that cannot run (parameters of the wrong shape,
 non-finite parameters, an exception in its chunk) is recorded with the reason and the grid goes on.
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+import math
+import os
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -70,7 +74,7 @@ class GridSpec:
     obs: str = "state"
     image_size: int = 128
     deterministic: bool = False
-    chunk: int = 64  # episodes per chunk (per device)
+    chunk: int | str = "auto"  # episodes per chunk (per device), or "auto": as many as fit (chunk_plan)
     group_loop: bool | None = None  # policy over parameter groups: lax.map (True) or vmap; None: map on CPUs
 
     @property
@@ -169,15 +173,197 @@ class Group:
     variant: int
 
 
-def plan(spec: GridSpec, checkpoints: Sequence[Checkpoint]) -> list[tuple[str, tuple[Group, ...]]]:
-    """Chunks as (scene key, groups): valid cells only, grouped by scene, each chunk chunk // n_rollouts groups."""
-    per_chunk = max(1, spec.chunk // spec.n_rollouts)
+def groups_by_scene(spec: GridSpec, checkpoints: Sequence[Checkpoint]) -> dict[str, list[Group]]:
+    """The valid cells' groups (j <= stage), per scene, in plan order."""
     by_scene: dict[str, list[Group]] = {}
     for ci, ck in enumerate(checkpoints):
         for j in range(min(ck.stage + 1, len(spec.tasks))):
             for v in range(len(spec.variants[j])):
                 by_scene.setdefault(spec.tasks[j].scene, []).append(Group(ci, j, v))
+    return by_scene
+
+
+def plan(spec: GridSpec, checkpoints: Sequence[Checkpoint]) -> list[tuple[str, tuple[Group, ...]]]:
+    """Chunks as (scene key, groups): valid cells only, grouped by scene, each chunk chunk // n_rollouts groups.
+
+    run_grid plans with the chunk size of its folder. Called directly with chunk "auto", the size is a fresh
+    estimate without the policy's parameters or the folder's record (good for a progress count, not more)."""
+    check_chunk(spec.chunk)
+    chunk = chunk_plan(spec, checkpoints)["episodes"] if spec.chunk == "auto" else spec.chunk
+    per_chunk = max(1, chunk // spec.n_rollouts)
+    by_scene = groups_by_scene(spec, checkpoints)
     return [(key, tuple(gs[i:i + per_chunk])) for key, gs in by_scene.items() for i in range(0, len(gs), per_chunk)]
+
+
+# ----------------------------------------------------------------------------------------------- chunk size
+SAFETY = 0.5  # a chunk may fill this fraction of the free memory (the rest: XLA temporaries the estimate misses)
+MJX_DATA_COPIES = 3  # mjx.Data live per world during a step (carry in, carry out, step temporaries): a guess
+
+
+def check_chunk(value) -> None:
+    """grid.chunk is a positive number of episodes or "auto"."""
+    ok = value == "auto" or (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1)
+    if not ok:
+        raise ClbenchError(f"episodes per chunk must be a positive integer or 'auto', not {value!r}",
+                           field="grid.chunk")
+
+
+def tree_bytes(tree) -> int:
+    """Bytes of a pytree of arrays or jax.ShapeDtypeStructs."""
+    return int(sum(math.prod(np.shape(x)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
+
+
+def history_bytes(obs: dict, seq_len: int) -> int:
+    """One episode's observation window in the policy state: obs_spec's {key: (shape, dtype)} x seq_len steps."""
+    return seq_len * sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in obs.values())
+
+
+def available_memory() -> dict[str, dict]:
+    """Free bytes per memory pool: "host" (MemAvailable; psutil when installed) and, on accelerators, "device"
+    (the first local device's bytes_limit - bytes_in_use). On CPUs the arrays live in host memory: no "device"."""
+    try:
+        import psutil
+
+        host = {"free": int(psutil.virtual_memory().available), "source": "psutil available"}
+    except ImportError:
+        with open("/proc/meminfo") as f:
+            kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f)}
+        host = {"free": kb["MemAvailable"] * 1024, "source": "/proc/meminfo MemAvailable"}
+    out = {"host": host}
+    dev = jax.local_devices()[0]
+    stats = dev.memory_stats() if dev.platform != "cpu" else None
+    if stats and "bytes_limit" in stats:
+        limit, used = int(stats["bytes_limit"]), int(stats.get("bytes_in_use", 0))
+        out["device"] = {"free": limit - used, "limit": limit, "in_use": used,
+                         "source": f"{dev.device_kind} memory_stats"}
+    return out
+
+
+def episode_memory(spec: GridSpec, scene, policy=None, *, k: int = 1, lang_dim: int = 384) -> dict[str, dict]:
+    """What one episode of a chunk holds, by part: {name: {"pool": "device" | "host", "per_episode": bytes,
+    "fixed": bytes per chunk}}. Shapes are read off the real functions (obs_spec, parameter shapes, records,
+    one mjx.Data); the policy's activations are XLA's own temp size for one group of n_rollouts episodes.
+    `k`: goal columns per episode (the stop goal comes on top). Without `policy`: no parameters or activations."""
+    import mujoco
+
+    from clbench_jax.lifelong.loop import DEFAULT_SEQ_LEN
+    from clbench_jax.policies.act import obs_spec
+    from clbench_jax.sim import robot, rollout
+    from clbench_jax.sim.predicates import compile_goal
+    from clbench_jax.sim.scene import GOAL_ROWS
+
+    m, R = scene.model, spec.n_rollouts
+    seq_len = getattr(getattr(policy, "cfg", None), "seq_len", DEFAULT_SEQ_LEN)
+    obs = obs_spec(scene, spec.obs, spec.image_size)
+    nstate = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    npair = len(scene.sensors.pair_found)
+    goal = tree_bytes(compile_goal(scene.layout, NEVER, GOAL_ROWS))
+    task_row = tree_bytes(rollout.task_stack(scene)) // len(scene.tasks)
+    records = tree_bytes(jax.eval_shape(lambda: rollout._init_records(1, 1 + k)))
+    f32 = 4
+    parts = {
+        "obs_history": ("device", history_bytes(obs, seq_len), 0),
+        "observation": ("device", history_bytes(obs, 1) + f32 * (m.nsensordata + npair), 0),
+        "language": ("device", f32 * lang_dim, 0),
+        "episode_inputs": ("device", (1 + k) * goal + task_row + 8 + f32 * (nstate + 7 * m.nmocap), 0),
+        "rollout_state": ("device", records + f32 * (3 + 2 + 7 + 2 + 7 + m.nu), 0),
+    }
+    if spec.obs == "rgb":  # the renderer's (N, 2, H, W, 3) frame on the host, then as the policy's input
+        frame = 2 * spec.image_size ** 2 * 3
+        parts["images"] = ("device", frame, 0)
+        parts["images_host"] = ("host", frame, _mjdata_bytes(m) + 8 * spec.image_size ** 2)  # + GL framebuffer
+    if spec.backend == "native":  # NativeWorlds' per-world buffers (float64); one MjData per thread
+        nsub = robot.PHYSICS.substeps
+        world = 8 * (nstate * (2 + nsub) + m.nsensordata * (1 + nsub) + nsub * (m.nu + 7 * m.nmocap) + 14 * m.nmocap)
+        parts["physics"] = ("host", world, (os.cpu_count() or 1) * _mjdata_bytes(m))
+    else:
+        from mujoco import mjx
+
+        d = jax.eval_shape(lambda: mjx.make_data(scene.mjx_model_host, impl=spec.mjx_impl))
+        parts["physics"] = ("device", MJX_DATA_COPIES * (tree_bytes(d) + f32 * 7 * m.nbody), 0)
+    if policy is not None:
+        params = param_shapes(policy, scene.key, spec.obs, spec.image_size, seq_len, lang_dim)
+        parts["params"] = ("device", -(-tree_bytes(params) // R), 0)  # stacked once per group of R episodes
+        temp = _activation_bytes(policy, params, obs, seq_len, lang_dim, R)
+        parts["policy_activations"] = ("device", 0, temp) if spec.loop else ("device", -(-temp // R), 0)
+    return {name: {"pool": pool, "per_episode": int(per), "fixed": int(fixed)}
+            for name, (pool, per, fixed) in parts.items()}
+
+
+def _mjdata_bytes(model) -> int:
+    import mujoco
+
+    d = mujoco.MjData(model)
+    return int(d.nbuffer + d.narena)
+
+
+def _pool_totals(parts: dict[str, dict], memory: dict[str, dict]) -> tuple[dict[str, int], dict[str, int]]:
+    """(bytes per episode, fixed bytes) per memory pool; device parts go to "host" where there is no "device"."""
+    per: dict[str, int] = {}
+    fixed: dict[str, int] = {}
+    for p in parts.values():
+        pool = p["pool"] if p["pool"] in memory else "host"
+        per[pool] = per.get(pool, 0) + p["per_episode"]
+        fixed[pool] = fixed.get(pool, 0) + p["fixed"]
+    return per, fixed
+
+
+def _activation_bytes(policy, params, obs: dict, seq_len: int, lang_dim: int, n: int) -> int:
+    """XLA's temporary buffer size for the policy acting on n episodes (one compile, no run)."""
+    window = {k: jax.ShapeDtypeStruct((n, seq_len) + tuple(s), d) for k, (s, d) in obs.items()}
+    lang = jax.ShapeDtypeStruct((n, lang_dim), np.float32)
+    fn = jax.jit(lambda p, o, l: policy.apply(p, o, l, None, train=False))
+    try:
+        stats = fn.lower(params, window, lang).compile().memory_analysis()
+    except Exception:  # noqa: BLE001  (a backend without memory analysis: leave it to the safety fraction)
+        return 0
+    return int(getattr(stats, "temp_size_in_bytes", 0) or 0)
+
+
+def choose_chunk(parts: dict[str, dict], memory: dict[str, dict], *, n_rollouts: int, max_groups: int,
+                 n_devices: int = 1, fraction: float = SAFETY) -> int:
+    """Episodes per chunk (per device): whole groups of n_rollouts, as many as fit in `fraction` of every pool's
+    free memory, at least one group, at most the largest scene's groups spread over the devices; then evened out
+    (11 groups under a budget of 8: two chunks of 6, not 8 + a padded 3 -- the same count, less padding).
+    Device parts count against host memory where there is no "device" pool (CPUs). D devices' chunks share the
+    host's memory."""
+    per, fixed = _pool_totals(parts, memory)
+    budget = max_groups
+    for pool, b in per.items():
+        share = memory[pool]["free"] / (n_devices if pool == "host" else 1)
+        episodes = (share * fraction - fixed[pool]) // max(b, 1)
+        budget = min(budget, max(1, int(episodes) // n_rollouts))
+    n_chunks = -(-max_groups // budget)
+    n_chunks = -(-n_chunks // n_devices) * n_devices
+    return max(1, -(-max_groups // n_chunks)) * n_rollouts
+
+
+def chunk_plan(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy=None, *, n_devices: int = 1,
+               lang_dim: int = 384) -> dict:
+    """The chunk size of a grid and why: {"requested", "episodes", ...}. A number asked for is taken as it is;
+    "auto" records the estimate: per-part bytes (`episode_memory`, for the scene whose episodes are largest),
+    bytes per episode and fixed bytes per pool, the free memory seen, the safety fraction and the groups."""
+    check_chunk(spec.chunk)
+    if spec.chunk != "auto":
+        return {"requested": int(spec.chunk), "episodes": int(spec.chunk)}
+    from clbench_jax.lifelong.loop import scene_for
+
+    by_scene = groups_by_scene(spec, checkpoints)
+    k = max(len(goal_columns(vs)) for vs in spec.variants)
+    parts = max((episode_memory(spec, scene_for(key), policy, k=k, lang_dim=lang_dim) for key in by_scene),
+                key=lambda ps: sum(p["per_episode"] for p in ps.values()), default={})
+    memory = available_memory()
+    max_groups = max((len(gs) for gs in by_scene.values()), default=1)
+    episodes = choose_chunk(parts, memory, n_rollouts=spec.n_rollouts, max_groups=max_groups, n_devices=n_devices)
+    if jax.process_count() > 1:  # every host plans the same chunks: process 0's choice
+        from jax.experimental import multihost_utils
+
+        episodes = int(multihost_utils.broadcast_one_to_all(np.int64(episodes)))
+    per, fixed = _pool_totals(parts, memory)
+    return {"requested": "auto", "episodes": episodes, "groups_per_chunk": episodes // spec.n_rollouts,
+            "max_groups_per_scene": max_groups, "n_devices": n_devices, "fraction": SAFETY,
+            "bytes_per_episode": per, "fixed_bytes": fixed, "memory": memory,
+            "parts": parts}
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -195,11 +381,10 @@ def run_grid(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy, out_dir,
     check_spec(spec)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fp = spec.fingerprint(checkpoints, policy)
-    _check_manifest(out, fp, spec, checkpoints)
+    mesh = shard.device_mesh(n_devices)
+    spec, fp = open_folder(out, spec, checkpoints, policy, mesh.size)  # spec.chunk is a number from here on
     chunks = plan(spec, checkpoints)
     todo = shard.host_share(pending_chunks(out, len(chunks)))
-    mesh = shard.device_mesh(n_devices)
     if embeddings is None:
         embeddings = embed_variants(spec, lang, suite)
     runner = _Runner(spec, checkpoints, policy, mesh, embeddings)
@@ -225,7 +410,7 @@ def run_grid(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy, out_dir,
 def check_spec(spec: GridSpec) -> None:
     """Settings errors stop the grid before it starts (only per-cell trouble is recorded and skipped)."""
     bad = [(f, v) for f, v, ok in (
-        ("n_rollouts", spec.n_rollouts, spec.n_rollouts >= 1), ("chunk", spec.chunk, spec.chunk >= 1),
+        ("n_rollouts", spec.n_rollouts, spec.n_rollouts >= 1),
         ("horizon", spec.horizon, spec.horizon >= 1), ("backend", spec.backend, spec.backend in ("native", "mjx")),
         ("obs", spec.obs, spec.obs in ("state", "rgb")),
         ("obs", spec.obs, not (spec.backend == "mjx" and spec.obs == "rgb"))) if not ok]
@@ -234,6 +419,7 @@ def check_spec(spec: GridSpec) -> None:
         why = ("the mjx backend has no RGB observations yet (rollout.py); use backend native for RGB"
                if f == "obs" and v == "rgb" else "bad value")
         raise ClbenchError(f"{why}: {v!r}", field=f"grid.{f}")
+    check_chunk(spec.chunk)
     if len(spec.variants) != len(spec.tasks) or any(not vs or vs[0].condition != "original" for vs in spec.variants):
         raise ClbenchError("every task needs its variants, the original instruction first", field="grid.variants")
 
@@ -247,19 +433,35 @@ def pending_chunks(out_dir, n_chunks: int) -> list[int]:
     return [i for i in range(n_chunks) if not _chunk_path(Path(out_dir), i).exists()]
 
 
-def _check_manifest(out: Path, fp: str, spec: GridSpec, checkpoints) -> None:
-    """A grid folder belongs to one grid: refuse to resume a different one into it."""
+def open_folder(out: Path, spec: GridSpec, checkpoints, policy, n_devices: int) -> tuple[GridSpec, str]:
+    """-> (spec with its chunk size as a number, fingerprint). A grid folder belongs to one grid: a new one records
+    its chunk plan in grid.json; a resumed one keeps the chunk size it started with (its chunk files are cut by
+    it), and one of another grid is refused. The fingerprint hashes the chunk size itself, so an "auto" grid resumes
+    a folder begun with the same number of episodes per chunk (and older folders, which recorded only that)."""
     path = out / "grid.json"
     if path.exists():
-        old = json.loads(path.read_text()).get("fingerprint")
-        if old != fp:
-            raise ClbenchError(f"folder holds another grid (fingerprint {old}, this grid {fp}); use another folder",
-                               file=str(path), field="fingerprint")
-        return
+        doc = json.loads(path.read_text())
+        started = (doc.get("chunk") or {}).get("episodes", doc.get("spec", {}).get("chunk"))
+        if spec.chunk == "auto" and started is not None:
+            spec = replace(spec, chunk=int(started))
+        fp = spec.fingerprint(checkpoints, policy)
+        if doc.get("fingerprint") != fp:
+            raise ClbenchError(f"folder holds another grid (fingerprint {doc.get('fingerprint')}, this grid {fp}); "
+                               "use another folder", file=str(path), field="fingerprint")
+        return spec, fp
+    chunk = chunk_plan(spec, checkpoints, policy, n_devices=n_devices)
+    spec = replace(spec, chunk=chunk["episodes"])
+    fp = spec.fingerprint(checkpoints, policy)
+    _write_manifest(out, fp, spec, checkpoints, chunk)
+    return spec, fp
+
+
+def _write_manifest(out: Path, fp: str, spec: GridSpec, checkpoints, chunk: dict) -> None:
+    path = out / "grid.json"
     doc = {"fingerprint": fp, "tasks": [t.name for t in spec.tasks],
            "checkpoints": [[c.method, c.seed, c.stage] for c in checkpoints],
            "goal_columns": [[list(map(list, g)) for g in goal_columns(vs)] for vs in spec.variants],
-           "spec": spec.settings()}
+           "spec": spec.settings(), "chunk": chunk}
     tmp = path.with_name("grid.json.tmp")
     tmp.write_text(json.dumps(doc, indent=1))
     tmp.replace(path)

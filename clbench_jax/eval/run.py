@@ -46,7 +46,8 @@ class RunConfig:
 GRID_KEYS = {"variants": None,  # a clbench-variants JSON file; None: original instructions only
              "conditions": ["original", "paraphrase", "contrast", "collision"],  # kept from the file
              "max_per_condition": None,  # at most this many variants per task and condition (file order)
-             "n_rollouts": 20, "horizon": 600, "warmup": 5, "seed": 0, "chunk": 64, "backend": "native",
+             "n_rollouts": 20, "horizon": 600, "warmup": 5, "seed": 0, "backend": "native",
+             "chunk": "auto",  # episodes per chunk per device, or "auto": as many as fit (grid.chunk_plan)
              "mjx_impl": "jax",
              "deterministic": None,  # None: as the training evaluation (train.deterministic_eval)
              "devices": None}
@@ -80,6 +81,14 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
         if m not in ALGORITHMS:
             raise ClbenchError(f"unknown method {m!r}; choose from {sorted(ALGORITHMS)}", file=where, field="methods")
     train_config(cfg, cfg.methods[0], cfg.seeds[0], where=where)  # validates the train keys
+    from clbench_jax.eval.grid import check_chunk
+
+    chunk = grid_settings(cfg)["chunk"]
+    try:  # a bad grid.chunk fails here, before hours of training
+        check_chunk(chunk)
+    except ClbenchError as e:
+        raise ClbenchError(f"bad value {chunk!r}: a positive number of episodes or 'auto'", file=where,
+                           field="grid.chunk") from e
     return cfg
 
 
@@ -163,6 +172,7 @@ def grid_spec(cfg: RunConfig, tasks, obs: str, image_size: int):
     from clbench_jax.eval import grid as G
 
     g = grid_settings(cfg)
+    G.check_chunk(g["chunk"])
     if g["variants"]:
         path = Path(g["variants"])
         if not path.exists() and not path.is_absolute():  # configs name files relative to the repository
@@ -232,7 +242,14 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     policy = make_policy(first)
     cks = [c for r in runs for c in stage_checkpoints(out / "train" / f"{r[0]}_s{r[1]}", tcfgs[r], len(tasks), r[0])]
     spec = grid_spec(cfg, tasks, first.obs, first.image_size)
-    # The grid's real unit count (its pending chunks) replaces its stand-in.
+    # Fix the chunk size now (grid.json; a resumed grid keeps its own) so the grid's real unit count, its pending
+    # chunks, can replace its stand-in on the overall bar.
+    from clbench_jax.eval import shard
+    from clbench_jax.eval.grid import open_folder
+
+    (out / "grid").mkdir(exist_ok=True)
+    n_dev = shard.device_mesh(grid_settings(cfg)["devices"]).size
+    spec, _ = open_folder(out / "grid", spec, cks, policy, n_dev)
     overall.total = overall.n + len(pending_chunks(out / "grid", len(plan(spec, cks))))
     overall.refresh()
     run_grid(spec, cks, policy, out / "grid", lang=first.lang, suite=cfg.suite, n_devices=grid_settings(cfg)["devices"],
