@@ -334,3 +334,15 @@ def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):
     before = (tmp_path / "action_level.json").stat().st_mtime_ns
     finalize(tmp_path, log=lambda m: None)
     assert (tmp_path / "action_level.json").stat().st_mtime_ns == before
+
+
+def test_action_level_skips_a_task_without_demos(tiny, tmp_path):
+    """A task whose collection kept no demo (the oracle never solved it) is skipped with its reason; the others
+    are still measured."""
+    cks = [Checkpoint("er", 0, 1, lambda j: tiny["params"][0])]
+    doc = battery.compute_action_level(tmp_path / "a.json", cks, tiny["policy"], ["task0", "task1"], tiny["variants"],
+                                       [None, tiny["paths"][1]], obs="state", embed=lambda: tiny["emb"],
+                                       n_windows=6, seed=3, log=lambda m: None)
+    t0, t1 = doc["runs"]["er_s0"]["tasks"]
+    assert t0["skipped"].startswith("no demos") and "conditions" not in t0
+    assert t1["windows"] == 6 and "contrast" in t1["conditions"]

@@ -131,7 +131,7 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
     settings = {"n_windows": int(n_windows), "seed": int(seed), "seq_len": seq_len, "obs": obs,
                 "policy": repr(policy.cfg), "tasks": list(tasks),
                 "variants": [[[v.id, v.condition, v.text] for v in vs] for vs in variants],
-                "demos": [[os.path.basename(p), os.path.getsize(p) if os.path.exists(p) else None]
+                "demos": [None if p is None else [os.path.basename(p), os.path.getsize(p) if os.path.exists(p) else None]
                           for p in demo_paths], **(identity or {})}
     fp = _fingerprint(settings)
     doc = None
@@ -161,6 +161,9 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
             pert = [i for i, v in enumerate(variants[j]) if v.condition in PERTURBED]
             if j > c.stage or not pert:
                 entry["tasks"].append(dict(row, skipped="not learned yet" if j > c.stage else "no perturbed variant"))
+                continue
+            if demo_paths[j] is None:
+                entry["tasks"].append(dict(row, skipped="no demos (the oracle never solved the task)"))
                 continue
             if j not in windows:
                 windows[j] = demo_windows(demo_paths[j], obs, seq_len, n_windows,
@@ -210,7 +213,14 @@ def run_action_level(run_dir, *, n_windows: int = N_WINDOWS, batch_size: int | N
         return None, "the run has no variant file (original instructions only)"
     tasks = run_tasks(cfg)
     first = train_config(cfg, cfg.methods[0], cfg.seeds[0])
-    missing = [t.name for t in tasks if not has_demos(first.demos_dir, t)]
+    def demos_of(t):  # True / False (collected, none kept: the oracle never solved it) / None (no file)
+        try:
+            return has_demos(first.demos_dir, t)
+        except DataFileError:
+            return None
+
+    have = [demos_of(t) for t in tasks]
+    missing = [t.name for t, h in zip(tasks, have) if h is None]
     if missing:
         why = f"no demos for task {missing[0]} in {first.demos_dir}"
         if out.exists():
@@ -238,7 +248,8 @@ def run_action_level(run_dir, *, n_windows: int = N_WINDOWS, batch_size: int | N
         return None, "no final checkpoint under train/"
     policy = make_policy(first)
     doc = compute_action_level(out, cks, policy, [t.name for t in tasks], spec.variants,
-                               [demo_path(first.demos_dir, t) for t in tasks], obs=first.obs,
+                               [demo_path(first.demos_dir, t) if h else None for t, h in zip(tasks, have)],
+                               obs=first.obs,
                                embed=lambda: embed_variants(spec, first.lang, cfg.suite), n_windows=n_windows,
                                seed=g["seed"], batch_size=batch_size or (32 if first.obs == "rgb" else None),
                                identity={"lang": first.lang}, stamps=stamps, log=log)
