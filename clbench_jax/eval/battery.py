@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from clbench_jax.errors import DataFileError
+from clbench_jax.jsonio import read_versioned, write_json
 
 FORMAT = "clbench-action-level"
 VERSION = 1
@@ -40,12 +41,6 @@ PERTURBED = ("paraphrase", "contrast", "collision")
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr)
-
-
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------- demo windows
@@ -96,21 +91,7 @@ def _fingerprint(settings: dict) -> str:
 
 def read_action_level(path: str | os.PathLike) -> dict:
     """Load an action_level.json, checking its format (DataFileError names the file and field)."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataFileError("action-level file not found", file=str(path)) from None
-    except json.JSONDecodeError as e:
-        raise DataFileError(f"not valid JSON: {e.msg}", file=str(path), line=e.lineno) from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise DataFileError(f"not a {FORMAT} file", file=str(path), field="format")
-    if doc.get("version") != VERSION:
-        raise DataFileError(f"unsupported version (this code reads {VERSION})", file=str(path), field="version")
-    for k in ("fingerprint", "settings", "runs"):
-        if k not in doc:
-            raise DataFileError("missing field", file=str(path), field=k)
-    return doc
+    return read_versioned(path, "action-level file", FORMAT, VERSION, ("fingerprint", "settings", "runs"))
 
 
 def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], variants, demo_paths: Sequence[str],
@@ -177,7 +158,7 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
             entry["tasks"].append(dict(row, windows=int(len(expert)), conditions=by_condition(per_var),
                                        variants=per_var))
         doc["runs"][key(c)] = entry
-        _write_json(out_path, doc)  # after every run: an interrupted computation resumes from here
+        write_json(out_path, doc)  # after every run: an interrupted computation resumes from here
     return doc
 
 

@@ -17,7 +17,6 @@ A task-slot pair with no kept contrast is listed as unavailable, with the reason
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -27,6 +26,7 @@ from typing import Iterable, Protocol
 import numpy as np
 
 from clbench_jax.errors import ClbenchError, DataFileError
+from clbench_jax.jsonio import read_versioned, write_json
 from clbench_jax.language import frames as F
 from clbench_jax.tasks.adapter import SUPPORTED_GOAL_PREDICATES, check_goal, parse_goal_text
 from clbench_jax.tasks.spec import Atom, TaskSpec
@@ -401,30 +401,12 @@ def _task_json(t: TaskVariants) -> dict:
 # ------------------------------------------------------------------------------------------- file IO
 def write_variants(path: str | Path, doc: dict) -> None:
     """Atomic write (temporary file, then os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_json(path, doc)
 
 
 def read_variants(path: str | Path) -> dict:
     """Load and check a variant file's format, version and required fields."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataFileError("variant file not found", file=str(path)) from None
-    except json.JSONDecodeError as e:
-        raise DataFileError(f"not valid JSON: {e.msg}", file=str(path), line=e.lineno) from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise DataFileError(f"not a {FORMAT} file", file=str(path), field="format")
-    if doc.get("version") != VERSION:
-        raise DataFileError(f"unsupported version (this code reads {VERSION})", file=str(path), field="version",
-                            token=str(doc.get("version")))
-    for key in ("suite", "generator", "tasks"):
-        if key not in doc:
-            raise DataFileError("missing field", file=str(path), field=key)
+    doc = read_versioned(path, "variant file", FORMAT, VERSION, ("suite", "generator", "tasks"))
     for t in doc["tasks"]:
         for key in ("task", "index", "instruction", "goal", "variants", "unavailable"):
             if key not in t:

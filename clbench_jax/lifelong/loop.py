@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from clbench_jax.errors import ClbenchError, DataFileError
+from clbench_jax.jsonio import write_json
 from clbench_jax.lifelong.config import TrainConfig, dump_config
 from clbench_jax.lifelong.data import concat_batches, has_demos, open_dataset, policy_batch
 
@@ -140,13 +141,6 @@ class Evaluator:
             succ = np.asarray(rec.success[:, 0]).reshape(len(js), n).mean(1)
             out[idx] = succ
         return out
-
-
-def _write_json(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
 
 
 def _check_config(out_dir: str, cfg: TrainConfig) -> None:
@@ -318,7 +312,7 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
             record["logs"].append({"skipped": f"no demos for {tasks[s].name}"})
             record["seconds"].append(time.perf_counter() - t0)
             ckpt.save(s, {"params": params, "algo_state": state, "opt_state": opt_state}, record)
-            _write_json(os.path.join(out_dir, "metrics.json"), summarize(cfg, tasks, record, complete=False))
+            write_json(os.path.join(out_dir, "metrics.json"), summarize(cfg, tasks, record, complete=False))
             continue
         params, state = algo.start_task(params, state, s)
         params, opt_state, info = fit(params, state, s, cfg.epochs, False, "main")
@@ -346,7 +340,7 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
         record["logs"].append(ctx.log)
         record["seconds"].append(time.perf_counter() - t0)
         ckpt.save(s, {"params": params, "algo_state": state, "opt_state": opt_state}, record)
-        _write_json(os.path.join(out_dir, "metrics.json"), summarize(cfg, tasks, record, complete=False))
+        write_json(os.path.join(out_dir, "metrics.json"), summarize(cfg, tasks, record, complete=False))
         stage_bar.set_postfix(success=f"{np.mean(succ):.2f}")
         for cb in callbacks:
             cb(s, record)
@@ -355,7 +349,7 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
         if ds is not None:
             ds.close()
     metrics = summarize(cfg, tasks, record, complete=True)
-    _write_json(os.path.join(out_dir, "metrics.json"), metrics)
+    write_json(os.path.join(out_dir, "metrics.json"), metrics)
     write_plots(out_dir, tasks, record, cfg)
     return metrics
 
