@@ -163,6 +163,13 @@ class DecoderBlock(nn.Module):
         return x + nn.Dropout(self.dropout)(h, deterministic=not train)
 
 
+def with_hand_offset(tokens: jax.Array, ee_pos: jax.Array) -> jax.Array:
+    """tokens (..., E, D) + ee_pos (..., 3) -> (..., E, D + 3): each token's position (its first 3 features) minus
+    the end effector's, appended (what an eye-in-hand camera would show)."""
+    tokens = tokens.astype(jnp.float32)
+    return jnp.concatenate([tokens, tokens[..., :3] - ee_pos.astype(jnp.float32)[..., None, :]], -1)
+
+
 class ObjectTokenEncoder(nn.Module):
     """tokens (..., E, D_in) + mask (..., E) + cond (..., D_c) [+ ee_pos (..., 3)] -> (..., out_dim).
 
@@ -182,9 +189,7 @@ class ObjectTokenEncoder(nn.Module):
     def __call__(self, tokens: jax.Array, mask: jax.Array, cond: jax.Array,
                  ee_pos: jax.Array | None = None) -> jax.Array:
         mask = mask.astype(bool)
-        x = tokens.astype(jnp.float32)
-        if ee_pos is not None:
-            x = jnp.concatenate([x, x[..., :3] - ee_pos.astype(jnp.float32)[..., None, :]], -1)
+        x = tokens.astype(jnp.float32) if ee_pos is None else with_hand_offset(tokens, ee_pos)
         cond = cond.astype(jnp.float32)
         h = nn.gelu(nn.Dense(self.hidden_dim, name="in")(x))
         # near-identity FiLM at init (not exactly zero: PackNet ranks weights by magnitude)

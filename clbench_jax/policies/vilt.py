@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from clbench_jax.policies.gmm import GMMDist, GMMHead
-from clbench_jax.policies.modules import DecoderBlock, PatchEncoder, temporal_decoder
+from clbench_jax.policies.modules import DecoderBlock, PatchEncoder, temporal_decoder, with_hand_offset
 
 CAMERAS = ("agentview_rgb", "eye_in_hand_rgb")
 
@@ -83,9 +83,7 @@ class BCViLTNet(nn.Module):
             x = x + self.param("patch_pos_embed", _init, (x.shape[1], e))
             return x, None, ids
         if c.mode == "state":
-            tok = obs["tokens"].astype(jnp.float32)
-            ee = obs["ee_pos"].astype(jnp.float32)
-            tok = jnp.concatenate([tok, tok[..., :3] - ee[..., None, :]], -1)  # + offset from the hand
+            tok = with_hand_offset(obs["tokens"], obs["ee_pos"])
             tok = tok.reshape(b * t, *tok.shape[2:])
             x = nn.Dense(e, name="object_proj")(nn.gelu(nn.Dense(e, name="object_in")(tok)))
             return x, obs["token_mask"].astype(bool).reshape(b * t, -1), [0] * x.shape[1]
