@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from clbench_jax import jsonio
 
 
 def machine() -> dict:
@@ -35,13 +35,8 @@ def machine() -> dict:
 
 
 def write_json(path: str | Path, data: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    """Benchmark results, written atomically (clbench_jax.jsonio)."""
+    jsonio.write_json(path, data, indent=2)
 
 
 def mlp_policy(obs_dim: int, hidden: int = 256, seed: int = 0):

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
+
+from common import write_json  # noqa: E402
 
 from clbench_jax.data.oracle import oracle_success  # noqa: E402
 from clbench_jax.sim.scene import build_scene  # noqa: E402
@@ -30,15 +30,6 @@ SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero
 TARGET = {"libero_90": 0.8}
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ORACLE.md"
 BEGIN, END = "<!-- TABLE BEGIN -->", "<!-- TABLE END -->"
-
-
-def write_json_atomic(path: str, obj) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
 
 
 def markdown(results: dict, horizon: int) -> str:
@@ -103,14 +94,14 @@ def main(argv=None):
         bar.update(len(tasks))
         bar.set_postfix(scene=key, ok=f"{np.mean([r['success'] for r in res.values()]):.2f}")
         results["seconds"] = time.perf_counter() - t0
-        write_json_atomic(a.out, results)
+        write_json(a.out, results)
     bar.close()
     # keep the suites' own task order
     for suite in suites:
         order = [t.name for t in suite_tasks(suite)]
         results["suites"][suite] = {k: results["suites"][suite][k] for k in order}
     results["seconds"] = time.perf_counter() - t0
-    write_json_atomic(a.out, results)
+    write_json(a.out, results)
     md = markdown(results, a.horizon)
     print(md)
     if not a.no_doc and DOC.exists():

@@ -180,3 +180,32 @@ def test_cli_tasks_and_bad_task(capsys):
     assert cli_main(["tasks", "show", "libero_10:0"]) == 0
     assert cli_main(["tasks", "show", "libero_goal:put_the_bowl_on_the_plat"]) == 2
     assert "libero_goal" in capsys.readouterr().err
+
+
+def test_native_step_and_render_only_active_worlds():
+    """Stepping / rendering a subset of worlds gives those worlds exactly what a full step gives them and leaves the
+    others as they were (finished episodes cost nothing)."""
+    from clbench_jax.sim.native import NativeWorlds
+    from clbench_jax.sim.render import BatchRenderer
+
+    t = get_task("libero_goal:8")
+    scene = scene_of(t)
+    bank = make_init_bank(scene, t, 3)
+    rng = np.random.default_rng(0)
+    ctrl = np.tile(scene.model.qpos0[:scene.model.nu], (3, 1)) + rng.normal(0, 0.05, (3, scene.model.nu))
+    full, part = NativeWorlds(scene.model, 3, 5, nthread=2), NativeWorlds(scene.model, 3, 5, nthread=2)
+    for w in (full, part):
+        w.set_state(bank.state, bank.mocap)
+    before = part.state.copy()
+    active = np.array([True, False, True])
+    s_full, s_part = full.step(ctrl).copy(), part.step(ctrl, active).copy()
+    np.testing.assert_array_equal(part.state[active], full.state[active])
+    np.testing.assert_array_equal(s_part[active], s_full[active])
+    np.testing.assert_array_equal(part.state[1], before[1])
+    assert not np.array_equal(full.state[1], before[1])
+    full.close(), part.close()
+    r = BatchRenderer(scene.model, 32)
+    img_all, img_some = r.render(part.state, part.mocap), r.render(part.state, part.mocap, active)
+    r.close()
+    np.testing.assert_array_equal(img_some[active], img_all[active])
+    assert img_all[1].any() and not img_some[1].any()

@@ -284,7 +284,7 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
                 bar.update(min(wins, cfg.n) - bar.n)
                 bar.set_postfix(finished=len(outcome), success=f"{wins / len(outcome):.0%}")
                 gave_up = 0 < cfg.give_up_after <= len(outcome) and wins == 0
-            sens = worlds.step(np.asarray(ctrl)).copy()
+            sens = worlds.step(np.asarray(ctrl), live).copy()
             if not ended:
                 continue
             # Start the next attempt in every world whose attempt ended (its first reading as `set_state` gives it).

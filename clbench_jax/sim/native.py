@@ -58,23 +58,28 @@ class NativeWorlds:
             self.sensordata[i] = d.sensordata
         return self.sensordata
 
-    def step(self, ctrl: np.ndarray) -> np.ndarray:
-        """Hold `ctrl` (n, nu) for n_substeps physics steps in every world; returns sensordata (n, nsensordata)."""
+    def step(self, ctrl: np.ndarray, active: np.ndarray | None = None) -> np.ndarray:
+        """Hold `ctrl` (n, nu) for n_substeps physics steps in every world, or only in the worlds where `active`
+        (n,) is true (the others keep their state: finished episodes cost nothing); returns sensordata (n, ns)."""
         c = self._control
         nu, nm = self.m.nu, self.m.nmocap
         c[:, :, :nu] = np.asarray(ctrl, np.float64).reshape(self.n, 1, nu)
         c[:, :, nu:nu + 3 * nm] = self.mocap[:, None, :, :3].reshape(self.n, 1, -1)
         c[:, :, nu + 3 * nm:] = self.mocap[:, None, :, 3:].reshape(self.n, 1, -1)
+        idx = np.arange(self.n) if active is None else np.flatnonzero(active)
+        if idx.size == 0:
+            return self.sensordata
+        every = idx.size == self.n
+        out_state = self._out_state if every else np.empty((idx.size,) + self._out_state.shape[1:])
+        out_sens = self._out_sens if every else np.empty((idx.size,) + self._out_sens.shape[1:])
+        args = (self._models[:idx.size], self.state if every else self.state[idx], c if every else c[idx])
+        kw = dict(control_spec=CONTROL_SPEC, nstep=self.nsub, state=out_state, sensordata=out_sens, skip_checks=True)
         if self._rollout is not None:
-            self._rollout.rollout(self._models, self._datas, self.state, c, control_spec=CONTROL_SPEC,
-                                  nstep=self.nsub, state=self._out_state, sensordata=self._out_sens,
-                                  skip_checks=True)
+            self._rollout.rollout(args[0], self._datas, *args[1:], **kw)
         else:
-            mujoco.rollout.rollout(self._models, self._datas[:1], self.state, c, control_spec=CONTROL_SPEC,
-                                   nstep=self.nsub, state=self._out_state, sensordata=self._out_sens,
-                                   skip_checks=True)
-        self.state[:] = self._out_state[:, -1]
-        self.sensordata[:] = self._out_sens[:, -1]
+            mujoco.rollout.rollout(args[0], self._datas[:1], *args[1:], **kw)
+        self.state[idx] = out_state[:, -1]
+        self.sensordata[idx] = out_sens[:, -1]
         return self.sensordata
 
     def qvel_max(self) -> np.ndarray:

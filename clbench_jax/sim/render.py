@@ -23,10 +23,11 @@ class BatchRenderer:
         self.opt = mujoco.MjvOption()
         self.opt.sitegroup[:] = 0  # no site markers (regions, grip site) in observations
 
-    def render(self, state: np.ndarray, mocap: np.ndarray) -> np.ndarray:
+    def render(self, state: np.ndarray, mocap: np.ndarray, active: np.ndarray | None = None) -> np.ndarray:
+        """Images of every world, or only of the worlds where `active` (n,) is true (the others stay black)."""
         n = state.shape[0]
         out = np.zeros((n, len(self.cameras), self.r.height, self.r.width, 3), np.uint8)
-        for i in range(n):
+        for i in range(n) if active is None else np.flatnonzero(active):
             mujoco.mj_setState(self.m, self.d, state[i], FULL)
             self.d.mocap_pos[:] = mocap[i, :, :3]
             self.d.mocap_quat[:] = mocap[i, :, 3:]

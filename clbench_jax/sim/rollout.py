@@ -276,16 +276,20 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
         host = {"physics_state": np.zeros((n, total + 1, worlds.nstate)),
                 "sensordata": np.zeros((n, total + 1, sens.shape[1]))} if trace else None
         bar = _bar(total, progress, "rollout (native)")
+        # Finished episodes are neither rendered nor stepped (their records are final; the policy's action for
+        # them is ignored), so a chunk's cost follows its live episodes.
+        live = np.ones(n, bool)
         for step in range(total + 1):
             if host is not None:
                 host["physics_state"][:, step], host["sensordata"][:, step] = worlds.state, sens
             bad = worlds.qvel_max() > QVEL_LIMIT
-            imgs = renderer.render(worlds.state, worlds.mocap) if renderer is not None else None
+            imgs = renderer.render(worlds.state, worlds.mocap, live) if renderer is not None else None
             carry, ctrl = advance(carry, tasks, goals, jnp.asarray(sens), jnp.asarray(sens[:, pf]),
                                   jnp.asarray(bad), imgs)
-            if int(carry.t) > total or bool(carry.rec.done.all()):
+            live = ~np.asarray(carry.rec.done)
+            if int(carry.t) > total or not live.any():
                 break
-            sens = worlds.step(np.asarray(ctrl))
+            sens = worlds.step(np.asarray(ctrl), live)
             bar.update(1)
         bar.close()
     finally:
