@@ -53,6 +53,13 @@ def mlp_policy(obs_dim: int, hidden: int = 256, seed: int = 0):
     return policy, ()
 
 
+def add_profile_arg(parser) -> None:
+    """Every benchmark's `--profile DIR`."""
+    parser.add_argument("--profile", metavar="DIR", default=None,
+                        help="write a jax.profiler trace of the measured region to DIR (open it in Perfetto or "
+                             "TensorBoard to see where the time goes)")
+
+
 @contextlib.contextmanager
 def maybe_profile(profile_dir: str | None):
     """jax.profiler trace of the measured region when --profile DIR is given."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, table, write_json  # noqa: E402
+from common import add_profile_arg, machine, maybe_profile, table, write_json  # noqa: E402
 
 from clbench_jax.data.collect import CollectConfig, collect_task, collect_tasks, scene_of  # noqa: E402
 from clbench_jax.tasks.suites import get_task, suite_tasks  # noqa: E402
@@ -65,7 +65,13 @@ def main(argv=None):
     p.add_argument("--target-n", type=int, default=50)
     p.add_argument("--no-target", action="store_true", help="skip the 50-demos-per-libero_goal-task run")
     p.add_argument("--out", default="benchmarks/results/demo_throughput_cpu.json")
+    add_profile_arg(p)
     a = p.parse_args(argv)
+    with maybe_profile(a.profile):
+        run(a)
+
+
+def run(a) -> None:
     tasks = [get_task(k) for k in a.tasks.split(",")]
     load0 = os.getloadavg()
     base = dict(horizon=a.horizon, seed=0, generator="confounded")

@@ -33,7 +33,7 @@ import clbench_jax  # noqa: E402,F401
 import jax  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-from common import Timer, machine, table, write_json  # noqa: E402
+from common import Timer, add_profile_arg, machine, maybe_profile, table, write_json  # noqa: E402
 
 from clbench_jax.sim.native import FULL  # noqa: E402
 
@@ -215,6 +215,7 @@ def main(argv=None):
                     "always uses native: the mjx backend has no RGB observations yet)")
     ap.add_argument("--mjx-impl", default="jax", choices=["jax", "warp"])
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/grid_vs_libero_cpu.json"))
+    add_profile_arg(ap)
     a = ap.parse_args(argv)
 
     global POOL
@@ -232,35 +233,39 @@ def main(argv=None):
     variants = tuple((vs[0], next(v for v in vs if v.condition == "paraphrase")) for vs in allv)
     rows = []
     try:
-        for obs, horizon, n_ck in (("state", a.horizon, a.checkpoints), ("rgb", a.rgb_horizon, a.rgb_checkpoints)):
-            if horizon <= 0:
-                continue
-            policy = make_bc_transformer(obs, **SMALL[obs])
-            spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=a.rollouts, horizon=horizon, obs=obs,
-                              backend=a.backend if obs == "state" else "native", mjx_impl=a.mjx_impl,
-                              chunk=a.chunk)
-            emb = G.embed_variants(spec, "minilm")
-            ex = {"obs": {k: np.zeros((1, policy.cfg.seq_len) + s, d) for k, (s, d) in obs_spec(scene, obs).items()},
-                  "lang": np.zeros((1, 384), np.float32)}
-            params = [policy.init(jax.random.PRNGKey(i), ex) for i in range(n_ck)]
-            # Every checkpoint is the last stage, so all T tasks are evaluated under each.
-            cks = [G.Checkpoint("random-init", i, len(tasks) - 1, lambda j, p=p: p) for i, p in enumerate(params)]
-            cols, t_grid = grid_way(spec, cks, policy, emb)
-            recs, t_lib = libero_way(spec, cks, policy, emb, a.envs)
-            n_ep = len(cols["method"])
-            steps_grid = int(cols["length"].sum()) + n_ep * spec.warmup
-            steps_lib = int(sum(r.length.sum() for r in recs)) + n_ep * spec.warmup
-            succ_grid = float(np.mean(cols["success"][:, 0]))
-            succ_lib = float(np.mean(np.concatenate([r.success[:, 0] for r in recs])))
-            for way, secs, steps, succ in (("libero (20 env workers)", t_lib, steps_lib, succ_lib),
-                                           (f"grid (chunk {a.chunk})", t_grid, steps_grid, succ_grid)):
-                rows.append({"observations": obs, "way": way, "episodes": n_ep, "horizon": horizon,
-                             "control_steps": steps, "seconds": secs, "episodes_per_hour": n_ep / secs * 3600,
-                             "control_steps_per_s": steps / secs, "success_rate": succ,
-                             "full_grid_hours_projected": FULL_GRID_STEPS / (steps / secs) / 3600})
-            rows[-1]["speedup"] = t_lib / t_grid
-            print(table(rows[-2:], ["observations", "way", "episodes", "control_steps", "seconds",
-                                    "episodes_per_hour", "speedup"]), flush=True)
+        with maybe_profile(a.profile):
+            for obs, horizon, n_ck in (("state", a.horizon, a.checkpoints),
+                                       ("rgb", a.rgb_horizon, a.rgb_checkpoints)):
+                if horizon <= 0:
+                    continue
+                policy = make_bc_transformer(obs, **SMALL[obs])
+                spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=a.rollouts, horizon=horizon, obs=obs,
+                                  backend=a.backend if obs == "state" else "native", mjx_impl=a.mjx_impl,
+                                  chunk=a.chunk)
+                emb = G.embed_variants(spec, "minilm")
+                ex = {"obs": {k: np.zeros((1, policy.cfg.seq_len) + s, d)
+                              for k, (s, d) in obs_spec(scene, obs).items()},
+                      "lang": np.zeros((1, 384), np.float32)}
+                params = [policy.init(jax.random.PRNGKey(i), ex) for i in range(n_ck)]
+                # Every checkpoint is the last stage, so all T tasks are evaluated under each.
+                cks = [G.Checkpoint("random-init", i, len(tasks) - 1, lambda j, p=p: p)
+                       for i, p in enumerate(params)]
+                cols, t_grid = grid_way(spec, cks, policy, emb)
+                recs, t_lib = libero_way(spec, cks, policy, emb, a.envs)
+                n_ep = len(cols["method"])
+                steps_grid = int(cols["length"].sum()) + n_ep * spec.warmup
+                steps_lib = int(sum(r.length.sum() for r in recs)) + n_ep * spec.warmup
+                succ_grid = float(np.mean(cols["success"][:, 0]))
+                succ_lib = float(np.mean(np.concatenate([r.success[:, 0] for r in recs])))
+                for way, secs, steps, succ in (("libero (20 env workers)", t_lib, steps_lib, succ_lib),
+                                               (f"grid (chunk {a.chunk})", t_grid, steps_grid, succ_grid)):
+                    rows.append({"observations": obs, "way": way, "episodes": n_ep, "horizon": horizon,
+                                 "control_steps": steps, "seconds": secs, "episodes_per_hour": n_ep / secs * 3600,
+                                 "control_steps_per_s": steps / secs, "success_rate": succ,
+                                 "full_grid_hours_projected": FULL_GRID_STEPS / (steps / secs) / 3600})
+                rows[-1]["speedup"] = t_lib / t_grid
+                print(table(rows[-2:], ["observations", "way", "episodes", "control_steps", "seconds",
+                                        "episodes_per_hour", "speedup"]), flush=True)
     finally:
         POOL.close()
     result = {"benchmark": "grid_vs_libero", "machine": machine(), "args": vars(a),

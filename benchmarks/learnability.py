@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, write_json  # noqa: E402
+from common import add_profile_arg, machine, maybe_profile, write_json  # noqa: E402
 
 from clbench_jax.data import hdf5  # noqa: E402
 from clbench_jax.errors import ClbenchError  # noqa: E402
@@ -40,7 +40,13 @@ def main(argv=None) -> None:
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--tasks", nargs="*", default=None, help="task names (default: the whole suite)")
     ap.add_argument("--json", default=None, help="default benchmarks/results/learnability_<obs>_cpu.json")
+    add_profile_arg(ap)
     a = ap.parse_args(argv)
+    with maybe_profile(a.profile):
+        run(a)
+
+
+def run(a) -> None:
     path = a.json or str(Path(__file__).parent / "results" / f"learnability_{a.obs}_cpu.json")
     names = a.tasks or [t.name for t in suite_tasks(a.suite)]
     rows, t_all = [], time.perf_counter()

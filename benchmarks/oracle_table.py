@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from common import write_json  # noqa: E402
+from common import add_profile_arg, maybe_profile, write_json  # noqa: E402
 
 from clbench_jax.data.oracle import oracle_success  # noqa: E402
 from clbench_jax.sim.scene import build_scene  # noqa: E402
@@ -63,7 +63,13 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="benchmarks/results/oracle_table_cpu.json")
     p.add_argument("--no-doc", action="store_true", help="do not rewrite the table in docs/ORACLE.md")
+    add_profile_arg(p)
     a = p.parse_args(argv)
+    with maybe_profile(a.profile):
+        run(a)
+
+
+def run(a) -> None:
     t0 = time.perf_counter()
     n_of = {"libero_90": a.n90 or a.n}
     results = {"benchmark": "oracle_table", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "n": a.n,

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import clbench_jax  # noqa: E402,F401
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from common import Timer, machine, maybe_profile, mlp_policy, table, write_json  # noqa: E402
+from common import Timer, add_profile_arg, machine, maybe_profile, mlp_policy, table, write_json  # noqa: E402
 
 from clbench_jax.sim import rollout  # noqa: E402
 from clbench_jax.sim.init_states import make_init_bank  # noqa: E402
@@ -74,7 +74,7 @@ def main(argv=None):
     p.add_argument("--loop-envs", type=int, default=4, help="envs run by the one-env loop")
     p.add_argument("--image-size", type=int, default=128)
     p.add_argument("--out", default="benchmarks/results/sim_throughput_cpu.json")
-    p.add_argument("--profile", default=None, help="write a jax.profiler trace of the measured region to DIR")
+    add_profile_arg(p)
     a = p.parse_args(argv)
 
     tasks = suite_tasks("libero_goal")

@@ -71,8 +71,9 @@ def _mem_available() -> int:
     return 1 << 62
 
 
-def run_one(policy: str, mode: str, b: int, steps: int, warmup: int, t: int, img: int, lang_dim: int) -> dict:
-    """Time one configuration in this process -> row dict."""
+def run_one(policy: str, mode: str, b: int, steps: int, warmup: int, t: int, img: int, lang_dim: int,
+            profile: str | None = None) -> dict:
+    """Time one configuration in this process -> row dict (`profile`: a jax.profiler trace of the timed steps)."""
     import jax
     import jax.numpy as jnp
 
@@ -107,12 +108,16 @@ def run_one(policy: str, mode: str, b: int, steps: int, warmup: int, t: int, img
         params, opt_state, info = step(params, opt_state, state, batch, jax.random.PRNGKey(2 + i), lr)
     jax.block_until_ready(info)
     times, cpu = [], []
+    if profile:
+        jax.profiler.start_trace(profile)
     for i in range(steps):
         t0, c0 = time.perf_counter(), time.process_time()
         params, opt_state, info = step(params, opt_state, state, batch, jax.random.PRNGKey(100 + i), lr)
         jax.block_until_ready(info)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
+    if profile:
+        jax.profiler.stop_trace()
     med = sorted(times)[len(times) // 2]
     return {**key, "seq_len": t, "needs_gib": need / 2**30,
             "params": int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
@@ -189,12 +194,15 @@ def main(argv=None) -> None:
     ap.add_argument("--peer-batches", default="32")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/train_throughput_cpu.json"))
     ap.add_argument("--resume", action="store_true", help="keep rows already in --out, run only the missing ones")
+    ap.add_argument("--profile", metavar="DIR", default=None,
+                    help="write a jax.profiler trace of each JAX configuration's timed steps to "
+                         "DIR/<policy>_<obs>_<batch>")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: policy,mode,batch in this process
     a = ap.parse_args(argv)
 
     if a.one:
         policy, mode, b = a.one.split(",")
-        print(json.dumps(run_one(policy, mode, int(b), a.steps, a.warmup, a.seq_len, a.img, a.lang_dim)))
+        print(json.dumps(run_one(policy, mode, int(b), a.steps, a.warmup, a.seq_len, a.img, a.lang_dim, a.profile)))
         return
 
     from tqdm import tqdm
@@ -224,6 +232,8 @@ def main(argv=None) -> None:
         key = {"policy": p, "framework": fw, "obs": m, "batch": b}
         if fw == "jax":
             cmd = [sys.executable, str(Path(__file__).resolve()), "--one", f"{p},{m},{b}", *common_args]
+            if a.profile:
+                cmd += ["--profile", os.path.join(a.profile, f"{p}_{m}_{b}")]
             row = _subprocess_row(cmd, key, a.timeout)
         else:
             cmd = [a.peer_python, str(ROOT / "benchmarks/libero_train_peer.py"), "--policies", PEER_NAMES[p],
