@@ -50,10 +50,24 @@ def test_tall_object_wine_bottle(goal_scene):
     assert _rate(goal_scene, "put_the_wine_bottle_on_the_rack") >= 0.99
 
 
-@pytest.mark.xfail(reason="middle drawer in libero_goal: the horizontal hand's 0.19 m-tall box lands on the wine "
-                          "rack in front of the cabinet (bottom drawers: on the table); docs/ORACLE.md", strict=False)
+@pytest.mark.xfail(reason="middle drawer in libero_goal: physically blocked -- the stand-in wine rack (a fixed "
+                          "fixture 0.30 m long, top 0.10-0.115 m) stands in front of the cabinet, above the drawer's "
+                          "bottom edge (0.096 m); a 40 N pull stops the drawer at q = -0.028 (open: q < -0.14); "
+                          "docs/ORACLE.md", strict=True)
 def test_open_drawer(goal_scene):
     assert _rate(goal_scene, "open_the_middle_drawer_of_the_cabinet") >= 0.9
+
+
+def test_open_top_drawer_and_put_bowl_inside(goal_scene):
+    # open the drawer, step sideways clear of it, then the bowl: the straight path down to the bowl from above the
+    # open drawer used to sweep its front panel and shut it (8-20% before, 97% at n = 30)
+    assert _rate(goal_scene, "open_the_top_drawer_and_put_the_bowl_inside") >= 0.99
+
+
+def test_push_plate(goal_scene):
+    # the plate starts 1.6 cm from the cabinet's side: the push direction turns away from the goal's until the hand
+    # fits behind the plate (26-47% before, 87% at n = 30)
+    assert _rate(goal_scene, "push_the_plate_to_the_front_of_the_stove", n=4) >= 0.5
 
 
 def test_contrast_goal(goal_scene):
