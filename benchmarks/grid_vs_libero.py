@@ -120,7 +120,7 @@ class PoolWorlds:
             c.send(("reset", (s, m)))
         return self._gather()
 
-    def step(self, ctrl):
+    def step(self, ctrl, active=None):  # LIBERO's loop steps every env until all are done: `active` is ignored
         for c, u in zip(self.conns, np.asarray(ctrl, np.float64)):
             c.send(("step", u))
         return self._gather()
@@ -139,7 +139,7 @@ class PoolRenderer:
     def __init__(self, model, size=128):
         pass
 
-    def render(self, state, mocap):
+    def render(self, state, mocap, active=None):  # every env renders, as in LIBERO
         conns = POOL.conns[:state.shape[0]]
         for c in conns:
             c.send(("render", None))
