@@ -467,15 +467,21 @@ def _fixtures() -> dict[str, StandIn]:
         description="flat stove 0.30 x 0.26 x 0.03, black cook plate 0.16 square, pointer knob (vertical axis) "
                     "at the front")
 
-    # wine rack: a crate with two rails along x; bottle stands or lies between the rails. front +x
-    g = [_box((0, 0, 0.05), (0.15, 0.07, 0.05)),
-         _box((0, -0.045, 0.1075), (0.15, 0.006, 0.0075)),
-         _box((0, 0.045, 0.1075), (0.15, 0.006, 0.0075))]
+    # wine rack: a low cradle (crate with two rails along x); a bottle stands or lies between the rails. front +x.
+    # Kept low: in libero_goal and KITCHEN_SCENE4 the rack stands 1.5-4 cm in front of the wooden cabinet, and the
+    # middle drawer (lowest edge 0.095 m above the table) must slide out over it, as in LIBERO; so must the hand
+    # pinching that drawer's bar, whose box (0.19 m across the vertical pinch) reaches down to ~0.045 m. The old
+    # 0.10 m crate with 0.115 m rails stopped the drawer at q = -0.03 (tests/test_oracle.py checks the pull).
+    crate_top, rail_h = 0.020, 0.015
+    g = [_box((0, 0, crate_top / 2), (0.15, 0.07, crate_top / 2)),
+         _box((0, -0.045, crate_top + rail_h / 2), (0.15, 0.006, rail_h / 2)),
+         _box((0, 0.045, crate_top + rail_h / 2), (0.15, 0.006, rail_h / 2))]
     out["wine_rack"] = _finish(
         "wine_rack", "fixture", g, 2.0, (0.45, 0.28, 0.15, 1), 14,
-        sites=(SiteDef("top_region", "", (0, 0, 0.10 - 0.005), (0.16, 0.04, 0.005)),), front=(1.0, 0.0, 0.0),
-        description="wooden crate 0.30 x 0.14 x 0.10 with two rails; a bottle stands or lies along x between "
-                    "them")
+        sites=(SiteDef("top_region", "", (0, 0, crate_top - 0.005), (0.16, 0.04, 0.005)),),
+        front=(1.0, 0.0, 0.0),
+        description="low wooden cradle: base 0.30 x 0.14 x 0.02, two rails on it (tops at 0.035); a bottle stands "
+                    "or lies along x between the rails")
 
     # desk caddy: front +x; compartments back / front (middle column), left (-y) / right (+y) columns
     t, h = 0.008, 0.08
