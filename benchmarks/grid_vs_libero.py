@@ -209,7 +209,7 @@ def main(argv=None):
     ap.add_argument("--rgb-horizon", type=int, default=15, help="RGB observations (0: skip RGB)")
     ap.add_argument("--rgb-checkpoints", type=int, default=1)
     ap.add_argument("--envs", type=int, default=20, help="LIBERO's SubprocVectorEnv size")
-    ap.add_argument("--chunk", type=lambda s: s if s == "auto" else int(s), default=160,
+    ap.add_argument("--chunk", type=lambda s: s if s == "auto" else int(s), default="auto",
                     help="grid episodes per chunk, or auto (sized from free memory, docs/GRID.md)")
     ap.add_argument("--backend", default="native", choices=["native", "mjx"], help="grid backend, state obs (RGB "
                     "always uses native: the mjx backend has no RGB observations yet)")

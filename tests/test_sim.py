@@ -1,5 +1,7 @@
 """Scenes for all 130 tasks, settled initial states, the rollout engine's records, observations, export, CLI."""
 
+import dataclasses
+
 import jax
 import mujoco
 import numpy as np
@@ -209,3 +211,19 @@ def test_native_step_and_render_only_active_worlds():
     r.close()
     np.testing.assert_array_equal(img_some[active], img_all[active])
     assert img_all[1].any() and not img_some[1].any()
+
+
+def test_inactive_rows_are_done_from_the_start():
+    """EpisodeBatch.active=False rows (the grid's padding) never run: length 0, no success, no motion; the active
+    rows' records are what they are without the padding."""
+    tasks = suite_tasks("libero_goal")[:1]
+    scene = scene_of(tasks[0])
+    batch = batch_for(scene, tasks, 3)
+    pol, p0 = rollout.random_policy()
+    full = rollout.rollout(scene, pol, p0, batch, 12, stop_at_success=False)
+    padded = rollout.rollout(scene, pol, p0, dataclasses.replace(batch, active=np.array([True, False, True])), 12,
+                             stop_at_success=False)
+    for name in ("length", "ee_disp_max", "success", "fail_reason"):
+        a, b = np.asarray(getattr(full, name)), np.asarray(getattr(padded, name))
+        np.testing.assert_array_equal(b[[0, 2]], a[[0, 2]])
+    assert padded.length[1] == 0 and padded.done[1] and padded.ee_disp_max[1] == 0 and full.length[1] == 12

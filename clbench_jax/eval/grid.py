@@ -558,18 +558,24 @@ class _Runner:
         rep = lambda xs: np.repeat(np.stack(xs), R, axis=0)  # noqa: E731  (groups) -> (groups * R)
         goals = jax.tree.map(lambda *x: np.repeat(np.stack(x), R, axis=0),
                              *[self._goal_stack(scene, g.task, g.variant) for g in flat])
+        # Padding groups and cells that cannot run take no simulation time (native: not stepped or rendered).
+        real = [c * per_chunk + i for c, gs in enumerate(chunk_groups) for i in range(len(gs))]
+        active = np.zeros(len(flat), bool)
+        active[real] = True
+        active &= np.array([reason is None for _, reason in params])
         batch = rollout.EpisodeBatch(
             task_ids=rep([scene.task_index(spec.tasks[g.task].name) for g in flat]), goals=goals,
             state=np.concatenate([banks[g.task].state[:R] for g in flat]),
             mocap=np.concatenate([banks[g.task].mocap[:R] for g in flat]),
-            keys=np.concatenate([keys[g.task] for g in flat]))
+            keys=np.concatenate([keys[g.task] for g in flat]), active=np.repeat(active, R))
         lang = rep([self.lang[g.task][g.variant] for g in flat])
         pstate = initial_pstate(stack_params([p for p, _ in params]), lang,
                                 obs_spec(scene, spec.obs, spec.image_size), self.seq_len)
         if spec.backend == "mjx":  # keep the episodes on their devices for the whole on-device episode
             batch = rollout.EpisodeBatch(task_ids=batch.task_ids, goals=shard.place(batch.goals, self.mesh),
                                          state=shard.place(batch.state, self.mesh), mocap=batch.mocap,
-                                         keys=shard.place(batch.keys, self.mesh))
+                                         keys=shard.place(batch.keys, self.mesh),
+                                         active=shard.place(batch.active, self.mesh))
         failure = None
         try:
             rec = rollout.rollout(scene, self.fn, pstate, batch, spec.horizon, backend=spec.backend,

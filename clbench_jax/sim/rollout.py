@@ -76,6 +76,7 @@ class EpisodeBatch:
     state: np.ndarray  # (N, nstate) initial full-physics states
     mocap: np.ndarray  # (N, nmocap, 7)
     keys: np.ndarray  # (N, 2) uint32
+    active: np.ndarray | None = None  # (N,) bool; False: a padding row, done from the start (never run or recorded)
 
 
 def random_policy(scale: float = 1.0) -> tuple[PolicyFn, Any]:
@@ -191,7 +192,10 @@ def _new_carry(batch: EpisodeBatch, pstate0, k: int, c: env.SceneConsts | None =
                   "action": (7,)}
         trace = {name: jnp.zeros((n, steps + 1) + s, bool if name == "holds" else jnp.float32)
                  for name, s in shapes.items()}
-    return Carry(rec=_init_records(n, k), pstate=pstate0, key=jnp.asarray(batch.keys),
+    rec = _init_records(n, k)
+    if batch.active is not None:
+        rec = rec.replace(done=~jnp.asarray(batch.active, bool))
+    return Carry(rec=rec, pstate=pstate0, key=jnp.asarray(batch.keys),
                  ee0=jnp.zeros((n, 3)), finger0=jnp.zeros((n, 2)), qref=jnp.zeros((n, 7)), trace=trace, t=jnp.asarray(0, jnp.int32))
 
 
@@ -278,7 +282,7 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
         bar = _bar(total, progress, "rollout (native)")
         # Finished episodes are neither rendered nor stepped (their records are final; the policy's action for
         # them is ignored), so a chunk's cost follows its live episodes.
-        live = np.ones(n, bool)
+        live = ~np.asarray(carry.rec.done)
         for step in range(total + 1):
             if host is not None:
                 host["physics_state"][:, step], host["sensordata"][:, step] = worlds.state, sens
