@@ -4,12 +4,11 @@ The expected rates are what the oracle reaches today (docs/ORACLE.md); tasks the
 marked xfail with the reason, so the suite documents the state instead of hiding it.
 """
 
-import numpy as np
 import pytest
 
 from clbench_jax.data.oracle import make_oracle, oracle_success
 from clbench_jax.sim.scene import build_scene
-from clbench_jax.tasks.suites import get_task, scene_tasks, suite_tasks
+from clbench_jax.tasks.suites import scene_tasks, suite_tasks
 
 N = 2
 

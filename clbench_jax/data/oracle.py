@@ -273,7 +273,6 @@ def make_oracle(scene: Scene, noise: bool = True):
         Rq = quat_to_mat(sens[c.sens_entity_quat])  # (E, 3, 3)
         yaw_e = jnp.arctan2(Rq[:, 1, 0], Rq[:, 0, 0])
         q = jnp.concatenate([view.joint_q, jnp.zeros(1)])  # one dummy joint so joint-free scenes index safely
-        contact = view.contact
         present = task.present
 
         # ---------------------------------------------------------------- choose a job when idle
