@@ -193,3 +193,22 @@ def test_one_hot_task_embedding():
         one_hot_task_embedding(10, 10)
     with pytest.raises(ValueError):
         one_hot_task_embedding(0, 10, dim=5)
+
+
+def test_minilm_embeddings_cached_then_usable_without_weights(encoder, tmp_path, monkeypatch):
+    """The training loop and the grid encode through this: the same raw vectors as the encoder, persisted; a machine
+    without the weights (CLBENCH_MINILM_DIR pointing at an empty folder) still reads the known texts, and a new text
+    there fails naming the missing file."""
+    from clbench_jax.language import minilm_embeddings
+    from clbench_jax.language.encoder import MinilmNotFoundError
+
+    texts = ["turn on the stove", "put the bowl on the plate"]
+    path = tmp_path / "emb.npz"
+    first = minilm_embeddings(texts, cache_path=path)
+    np.testing.assert_array_equal(first, encoder.encode(texts))
+    empty = tmp_path / "no_weights"
+    empty.mkdir()
+    monkeypatch.setenv("CLBENCH_MINILM_DIR", str(empty))
+    np.testing.assert_array_equal(minilm_embeddings(texts[::-1], cache_path=path), first[::-1])
+    with pytest.raises(MinilmNotFoundError, match="model.safetensors"):
+        minilm_embeddings(["open the microwave"], cache_path=path)

@@ -158,10 +158,10 @@ def embed_variants(spec: GridSpec, lang: str = "minilm", suite: str | None = Non
                 for t, vs in zip(spec.tasks, spec.variants)]
     if lang != "minilm":
         raise ClbenchError(f"unknown language embedding {lang!r} (minilm | onehot)", field="lang")
-    from clbench_jax.language import load_minilm
+    from clbench_jax.language import minilm_embeddings
 
-    enc = load_minilm()
-    return [np.asarray(enc.encode([v.text for v in vs]), np.float32) for vs in spec.variants]
+    flat = minilm_embeddings([v.text for vs in spec.variants for v in vs])
+    return np.split(flat, np.cumsum([len(vs) for vs in spec.variants])[:-1])
 
 
 # ----------------------------------------------------------------------------------------------- plan

@@ -322,3 +322,32 @@ def load_minilm(model_dir: str | Path | None = None, *, max_length: int = MAX_LE
     tok = load_tokenizer(tj, max_length)
     eid = f"all-MiniLM-L6-v2:{_file_digest(st)}:len{max_length}"
     return Encoder(params, tok, cfg=cfg, encoder_id=eid, max_length=max_length, max_batch=max_batch)
+
+
+def minilm_embeddings(texts: Sequence[str], cache_path: str | Path | None = None) -> np.ndarray:
+    """(N, 384) raw MiniLM embeddings through the persistent cache, so no string is encoded twice.
+
+    The cache lives in ``$CLBENCH_CACHE/minilm_embeddings.npz`` (default ``~/.cache/clbench_jax``) and the model is
+    loaded only on a miss. Its entries are tied to the installed weights' digest; where the weights are not installed
+    (a machine that only runs a grid over known instructions), a cache file written by MiniLM is used as it is.
+    """
+    from clbench_jax.language.cache import EmbeddingCache
+    from clbench_jax.sim.init_states import cache_dir
+
+    path = Path(cache_path) if cache_path is not None else cache_dir() / "minilm_embeddings.npz"
+    try:
+        eid = f"all-MiniLM-L6-v2:{_file_digest(find_minilm_dir() / 'model.safetensors')}:len{MAX_LENGTH}"
+    except (MinilmNotFoundError, FileNotFoundError):
+        eid = _cached_encoder_id(path)
+        if eid is None:
+            raise
+    return EmbeddingCache(path, load_minilm, encoder_id=eid).get(list(texts))
+
+
+def _cached_encoder_id(path: Path) -> str | None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            eid = str(z["encoder_id"])
+    except (OSError, KeyError, ValueError):
+        return None
+    return eid if eid.startswith("all-MiniLM-L6-v2:") else None

@@ -71,9 +71,9 @@ def task_embeddings(tasks, cfg: TrainConfig) -> np.ndarray:
 
         names = SUITE_TASK_NAMES[cfg.suite]
         return one_hot_task_embedding([names.index(t.name) for t in tasks], len(names), dim=EMBED_DIM)
-    from clbench_jax.language import load_minilm
+    from clbench_jax.language import minilm_embeddings
 
-    return np.asarray(load_minilm().encode([t.instruction for t in tasks]), np.float32)
+    return minilm_embeddings([t.instruction for t in tasks])
 
 
 @lru_cache(maxsize=None)
