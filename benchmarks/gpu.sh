@@ -1,33 +1,72 @@
 #!/usr/bin/env bash
-# GPU checks in one command (< 8 minutes on an H200, plus <= 9 for the train-throughput part at the end): the mjx
-# backend's throughput on the LIBERO-Goal scene with MJX-Warp, batch 1,024 to 16,384, state observations. Writes
-# benchmarks/results/sim_throughput_gpu.json.
-# Usage (on an NVIDIA machine, from the repo root):  bash benchmarks/gpu.sh
-set -euo pipefail
+# GPU checks in one command, section by section, each under its own time limit, each writing its JSON as it goes.
+#
+#   bash benchmarks/gpu.sh                  # every section (about 25 minutes on an H200)
+#   bash benchmarks/gpu.sh train            # only the train-step throughput (about 3 minutes)
+#   bash benchmarks/gpu.sh train evidence   # ... then the lifelong evidence runs (benchmarks/gpu_evidence.sh)
+#
+# Sections:
+#   sim       the mjx backend (MJX-Warp) on the LIBERO-Goal scene, batch 1,024 to 16,384, state observations
+#             -> benchmarks/results/sim_throughput_gpu.json (< 7 min)
+#   train     train-step throughput (issue 4): BC-RNN / BC-Transformer / BC-ViLT, state and RGB, batch 32 and 256,
+#             LIBERO's PyTorch policies on CUDA as the peer -> benchmarks/results/train_throughput_gpu.json
+#   grid      the evaluation grid against LIBERO's evaluation loop on the same workload (grid on mjx-warp with
+#             state observations; native physics + rendering on the host cores with RGB)
+#             -> benchmarks/results/grid_vs_libero_gpu.json (< 10 min)
+#   evidence  the lifelong evidence runs of configs/evidence_libero_goal.yaml in parallel, one process each
+#             (benchmarks/gpu_evidence.sh; set EVIDENCE_RUNS and EVIDENCE_DEADLINE_S)
+#
+# Installation: with network, `pip install -e .[gpu]`. A machine without network (a lent accelerator) gets the
+# wheels carried in .whl/ (mujoco, libero's data) and, for the peer, .whlpeer/ (robomimic, rlinf-libero, easydict,
+# termcolor); torch, jax, flax, optax and orbax are taken from that machine's python.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
-$PY -m pip install -q -e ".[gpu]" && $PY -m pip install -q --no-deps libero==0.1.1
-export MUJOCO_GL=egl PYOPENGL_PLATFORM=egl XLA_PYTHON_CLIENT_PREALLOCATE=false
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-timeout 420 $PY benchmarks/sim_throughput.py --backends mjx --mjx-impl warp --batches "" --loop-envs 1 \
-  --mjx-batches 1024,4096,16384 --mjx-steps 50 --out benchmarks/results/sim_throughput_gpu.json
+RES=${RESULTS_DIR:-benchmarks/results}
+SECTIONS=${*:-sim train grid}
+mkdir -p "$RES"
+export MUJOCO_GL=${MUJOCO_GL:-egl} PYOPENGL_PLATFORM=${PYOPENGL_PLATFORM:-egl} XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 
-# Train-step throughput (issue 4): BC-RNN / BC-Transformer / BC-ViLT, state and RGB, batch 32 and 256, with LIBERO's
-# PyTorch policies on CUDA as the peer where its venv can be built (benchmarks/libero_train_peer.sh; skipped if not).
-# Writes benchmarks/results/train_throughput_gpu.json.
-PEER=""
-if LIBERO_PEER_VENV=${LIBERO_PEER_VENV:-/tmp/torchpeer} bash benchmarks/libero_train_peer.sh --params-only >/dev/null 2>&1; then
-  PEER=${LIBERO_PEER_VENV:-/tmp/torchpeer}/bin/python
+if [ -d .whl ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/clbench_site .whl/*.whl || exit 1
+  export PYTHONPATH="$PWD:/tmp/clbench_site${PYTHONPATH:+:$PYTHONPATH}"
+else
+  $PY -m pip install -q -e ".[gpu]" && $PY -m pip install -q --no-deps libero==0.1.1 || exit 1
 fi
-timeout 540 $PY benchmarks/train_throughput.py --batches 32,256 --steps 10 --warmup 2 --timeout 240 \
-  --peer-python "$PEER" --peer-device cuda --peer-policies transformer,vilt,rnn --peer-batches 32,256 \
-  --out benchmarks/results/train_throughput_gpu.json || echo "train_throughput: timed out or failed (see above)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+$PY -c "import jax, flax, optax, orbax.checkpoint as o, mujoco; print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__, 'optax', optax.__version__, 'orbax', o.__version__, 'mujoco', mujoco.__version__)"
 
-# The evaluation grid against LIBERO's evaluation loop (20 env workers, one batched policy call per step) on the
-# same workload: 8 checkpoints x 2 tasks x 2 variants x 20 rollouts, 600 steps with state observations (grid on
-# mjx-warp, the whole episode on the GPU); 2 checkpoints, 100 steps with RGB (native physics + rendering on the host
-# cores, the policy on the GPU). The JSON's full_grid_hours_projected is seed 000's full one-suite grid (190M control steps)
-# at the measured rate; the target is < 2 hours with RGB. Not yet run on a GPU.
-timeout 600 $PY benchmarks/grid_vs_libero.py --backend mjx --mjx-impl warp --checkpoints 8 --rollouts 20 \
-  --horizon 600 --rgb-checkpoints 2 --rgb-horizon 100 --chunk 640 --out benchmarks/results/grid_vs_libero_gpu.json \
-  || echo "grid_vs_libero: timed out or failed (see above)"
+# LIBERO's policies for the peer: its own venv where pip can reach PyPI, else the carried wheels on this python.
+peer_python() {
+  if [ -d .whlpeer ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/torchpeer_site .whlpeer/*.whl >&2 || return 1
+    printf '#!/bin/sh\nPYTHONPATH=/tmp/torchpeer_site exec %s "$@"\n' "$(command -v $PY)" > /tmp/torchpeer_python
+    chmod +x /tmp/torchpeer_python && /tmp/torchpeer_python -c "import libero.lifelong.models" >&2 && echo /tmp/torchpeer_python
+  elif LIBERO_PEER_VENV=${LIBERO_PEER_VENV:-/tmp/torchpeer} bash benchmarks/libero_train_peer.sh --params-only >/dev/null 2>&1; then
+    echo "${LIBERO_PEER_VENV:-/tmp/torchpeer}/bin/python"
+  fi
+}
+
+for s in $SECTIONS; do
+  echo "=== gpu.sh: $s ($(date -u +%H:%M:%S))"
+  case $s in
+    sim)
+      timeout 420 $PY benchmarks/sim_throughput.py --backends mjx --mjx-impl warp --batches "" --loop-envs 1 \
+        --mjx-batches 1024,4096,16384 --mjx-steps 50 --out "$RES/sim_throughput_gpu.json" \
+        || echo "sim_throughput: timed out or failed (see above)" ;;
+    train)
+      PEER=$(peer_python || true)
+      echo "peer python: ${PEER:-none}"
+      timeout ${TRAIN_LIMIT_S:-540} $PY benchmarks/train_throughput.py --policies ${TRAIN_POLICIES:-transformer,rnn,vilt} \
+        --batches 32,256 --steps 10 --warmup 2 --timeout 120 \
+        --peer-python "$PEER" --peer-device cuda --peer-policies ${TRAIN_POLICIES:-transformer,vilt,rnn} --peer-batches 32,256 \
+        --out "$RES/train_throughput_gpu.json" || echo "train_throughput: timed out or failed (rows so far are kept)" ;;
+    grid)
+      timeout 600 $PY benchmarks/grid_vs_libero.py --backend mjx --mjx-impl warp --checkpoints 8 --rollouts 20 \
+        --horizon 600 --rgb-checkpoints 2 --rgb-horizon 100 --chunk 640 --out "$RES/grid_vs_libero_gpu.json" \
+        || echo "grid_vs_libero: timed out or failed (see above)" ;;
+    evidence)
+      PY=$PY bash benchmarks/gpu_evidence.sh ;;
+    *) echo "gpu.sh: unknown section $s (sim | train | grid | evidence)"; exit 2 ;;
+  esac
+done
