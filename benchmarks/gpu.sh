@@ -8,7 +8,7 @@
 # Sections:
 #   sim       the mjx backend (MJX-Warp) on the LIBERO-Goal scene, batch 1,024 to 16,384, state observations
 #             -> benchmarks/results/sim_throughput_gpu.json (< 7 min)
-#   train     train-step throughput (issue 4): BC-RNN / BC-Transformer / BC-ViLT, state and RGB, batch 32 and 256,
+#   train     train-step throughput (issue 4; TRAIN_POLICIES, TRAIN_LIMIT_S, TRAIN_ARGS="--resume" to add rows): BC-RNN / BC-Transformer / BC-ViLT, state and RGB, batch 32 and 256,
 #             LIBERO's PyTorch policies on CUDA as the peer -> benchmarks/results/train_throughput_gpu.json
 #   grid      the evaluation grid against LIBERO's evaluation loop on the same workload (grid on mjx-warp with
 #             state observations; native physics + rendering on the host cores with RGB)
@@ -60,7 +60,7 @@ for s in $SECTIONS; do
       timeout ${TRAIN_LIMIT_S:-540} $PY benchmarks/train_throughput.py --policies ${TRAIN_POLICIES:-transformer,rnn,vilt} \
         --batches 32,256 --steps 10 --warmup 2 --timeout 120 \
         --peer-python "$PEER" --peer-device cuda --peer-policies ${TRAIN_POLICIES:-transformer,vilt,rnn} --peer-batches 32,256 \
-        --out "$RES/train_throughput_gpu.json" || echo "train_throughput: timed out or failed (rows so far are kept)" ;;
+        --out "$RES/train_throughput_gpu.json" ${TRAIN_ARGS:-} || echo "train_throughput: timed out or failed (rows so far are kept)" ;;
     grid)
       timeout 600 $PY benchmarks/grid_vs_libero.py --backend mjx --mjx-impl warp --checkpoints 8 --rollouts 20 \
         --horizon 600 --rgb-checkpoints 2 --rgb-horizon 100 --chunk 640 --out "$RES/grid_vs_libero_gpu.json" \
