@@ -54,6 +54,8 @@ HAND_CLEAR = 0.035  # solids are grasped at least this far below their top (hand
 PAD_HALF = 0.021  # finger pads reach this far above and below the grip site
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
 BOWL_OPEN = -0.2  # gripper command approaching a bowl rim: servo target 3.6 cm open (the wall is 6 mm)
+WRIST_UP = 0.20  # the wrist (joint 6) sits about this far up the hand from the grip site
+REACH_IN = 0.30  # a wrist nearer than this to the base's vertical axis folds the elbow onto its limit
 
 # Joint kinds.
 JK_NONE, JK_DRAWER, JK_DOOR, JK_KNOB = range(4)
@@ -331,12 +333,23 @@ def make_oracle(scene: Scene, noise: bool = True):
         # drawer targets: prefer the grasp on the side away from the cabinet
         fr = view.site_mat[bsite] @ T["s_front"][bsite] if S else jnp.zeros(3)
         pref = jnp.where(T["s_drawer"][bsite] & b_is_site, 1.0, 0.0) if S else 0.0
-        # + a habit for off-centre grasps (bowl rims): the wall on the robot's left (+y). Without it the two near
+        # + a habit for off-centre grasps (bowl rims): the near wall on the robot's left (+y). Without it the two near
         # walls of a hexagonal rim tie at yaw 0, mid-way through the initial-yaw range, and the demos split between
         # two mirror-image approaches a policy cannot tell apart (it averages them and misses both). The right-hand
         # wall was tried first: 62% / 11% on bowl-on-stove / bowl-on-plate, against 100% / 100% for the left (n=8).
+        # Only near walls (-x) get it: it breaks their tie, and on a far wall it outvoted the reach term below.
+        near_w = (off_dir[:, 0] < -0.01) & (off_dir[:, 1] > 0.01)
+        # - reach: the hand leans outward by the wall's slant, so its wrist sits ~WRIST_UP * sin(tilt) (9 cm) outward
+        # of the grip point; a wrist this close to the base's axis folds the elbow onto its joint limit (traced:
+        # libero_spatial "bowl on the stove", 0.31 m from the base: on the left near wall the pre-grasp stalled
+        # with joint 4 at -3.06 until the phase's time limit, then the descent shoved the bowl; 2 of 10 solved,
+        # the right near wall 10 of 10). Zero for every bowl farther than ~0.4 m (all of libero_goal's).
+        odn = off_dir / jnp.maximum(jnp.linalg.norm(off_dir, axis=1, keepdims=True), 1e-6)
+        wrist = cpt + odn * WRIST_UP * jnp.sin(T["tilt"][a_ent])
+        reach_in = jnp.maximum(REACH_IN - jnp.linalg.norm(wrist - base[None, :2], axis=1), 0.0)
         cscore = (-jnp.abs(cyaw) + 2.0 * jnp.minimum(dmin, 0.12)
-                  + pref * 3.0 * (off_dir @ fr[:2]) - 0.3 * (off_dir[:, 0] > 0.01) + 0.4 * (off_dir[:, 1] > 0.01))
+                  + pref * 3.0 * (off_dir @ fr[:2]) - 0.3 * (off_dir[:, 0] > 0.01) + 0.4 * near_w
+                  - 20.0 * reach_in)
         cscore = jnp.where(T["cmask"][a_ent], cscore, -1e9)
         new_cand = jnp.argmax(cscore)
 
