@@ -328,20 +328,28 @@ def minilm_embeddings(texts: Sequence[str], cache_path: str | Path | None = None
     """(N, 384) raw MiniLM embeddings through the persistent cache, so no string is encoded twice.
 
     The cache lives in ``$CLBENCH_CACHE/minilm_embeddings.npz`` (default ``~/.cache/clbench_jax``) and the model is
-    loaded only on a miss. Its entries are tied to the installed weights' digest; where the weights are not installed
-    (a machine that only runs a grid over known instructions), a cache file written by MiniLM is used as it is.
+    loaded only on a miss. Each miss is encoded on its own (batch 1): a batched encode pads to the batch's longest
+    text and its vectors differ in the last bits with the batch's company, and a training run fed such vectors
+    would depend on which texts happened to fill the cache first. Entries are tied to the installed weights'
+    digest; where the weights are not installed (a machine that only runs a grid over known instructions), a
+    cache file written by MiniLM is used as it is.
     """
     from clbench_jax.language.cache import EmbeddingCache
     from clbench_jax.sim.init_states import cache_dir
 
     path = Path(cache_path) if cache_path is not None else cache_dir() / "minilm_embeddings.npz"
     try:
-        eid = f"all-MiniLM-L6-v2:{_file_digest(find_minilm_dir() / 'model.safetensors')}:len{MAX_LENGTH}"
+        eid = f"all-MiniLM-L6-v2:{_file_digest(find_minilm_dir() / 'model.safetensors')}:len{MAX_LENGTH}:one-by-one"
     except (MinilmNotFoundError, FileNotFoundError):
         eid = _cached_encoder_id(path)
         if eid is None:
             raise
-    return EmbeddingCache(path, load_minilm, encoder_id=eid).get(list(texts))
+    def per_text_encoder():
+        enc = load_minilm(max_batch=1)
+        enc.encoder_id = eid  # its vectors, unlike a batched encode's, are the ones this cache id stands for
+        return enc
+
+    return EmbeddingCache(path, per_text_encoder, encoder_id=eid).get(list(texts))
 
 
 def _cached_encoder_id(path: Path) -> str | None:
