@@ -8,7 +8,9 @@
 # Demos: runs/demos (a folder of <task>_demo.hdf5), or .carry/demos_v3.tar.xz unpacked into it. Embeddings: through
 # the MiniLM cache ($CLBENCH_CACHE), so a machine without MiniLM's weights runs from a carried cache.
 # Results: runs/evidence_gpu/train/<method>_s<seed>/ and, when $OUT is set, bundles of them in $OUT
-# (evidence_<n>.tgz: config, metrics, plots; a run cut short also brings its latest stage checkpoint to resume from).
+# (evidence_<n>.tgz: config, metrics, plots; a run cut short also brings its latest stage checkpoint to resume from,
+# and only that one: the grid cannot evaluate the stages left behind, and a checkpoint written by another orbax
+# version (0.12.4 there, 0.12.8 here) restored for training but failed the grid's params-only restore).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
