@@ -204,3 +204,26 @@ def test_checkpoint_round_trip_of_algorithm_state(tmp_path, algo):
     assert record == {"rows": [[0.5, None]]}
     assert jax.tree.structure(back) == jax.tree.structure(arrays)
     jax.tree.map(np.testing.assert_array_equal, back, arrays)
+
+
+def test_restore_stage_written_on_another_device_topology(tmp_path):
+    """A stage saved by a process whose arrays lived on another device (here: CPU device 1 of 2, as a GPU run's
+    stages are on a CUDA device) restores here from a shape-only template; orbax alone fell back to the saved
+    sharding and failed ("Topology mismatch" for a GPU-written stage resumed on a CPU)."""
+    import subprocess
+    import sys
+
+    from clbench_jax.lifelong.checkpoints import StageCheckpoints
+
+    code = ("import jax, jax.numpy as jnp\n"
+            "from clbench_jax.lifelong.checkpoints import StageCheckpoints\n"
+            "d = jax.devices()[1]\n"
+            "arrays = {'params': {'w': jax.device_put(jnp.arange(6.0).reshape(2, 3), d)}}\n"
+            f"StageCheckpoints({str(tmp_path / 'ck')!r}).save(0, arrays, {{'rows': [[1.0]]}})\n")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    like = {"params": {"w": jax.ShapeDtypeStruct((2, 3), np.float32)}}
+    arrays, record = StageCheckpoints(tmp_path / "ck").restore(0, like)
+    np.testing.assert_array_equal(np.asarray(arrays["params"]["w"]), np.arange(6.0).reshape(2, 3))
+    assert record == {"rows": [[1.0]]}

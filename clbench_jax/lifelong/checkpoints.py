@@ -25,7 +25,16 @@ class StageCheckpoints:
         self.manager.wait_until_finished()
 
     def restore(self, stage: int, like: Any) -> tuple[Any, dict]:
-        """Arrays shaped like `like` (a pytree of the same structure) and the JSON record of `stage`."""
+        """Arrays shaped like `like` (a pytree of the same structure) and the JSON record of `stage`.
+
+        Shape-only leaves (jax.ShapeDtypeStruct) are placed on this process's first device: without a sharding,
+        orbax falls back to the one saved in the checkpoint, and a stage written on another machine (a GPU run
+        resumed on a CPU) then fails with "Topology mismatch"."""
+        import jax
+
+        dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=dev)
+                            if isinstance(x, jax.ShapeDtypeStruct) and x.sharding is None else x, like)
         out = self.manager.restore(stage, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(like),
                                                                   record=ocp.args.JsonRestore()))
         return out["arrays"], out["record"]
