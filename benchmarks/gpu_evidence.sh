@@ -9,8 +9,7 @@
 # the MiniLM cache ($CLBENCH_CACHE), so a machine without MiniLM's weights runs from a carried cache.
 # Results: runs/evidence_gpu/train/<method>_s<seed>/ and, when $OUT is set, bundles of them in $OUT
 # (evidence_<n>.tgz: config, metrics, plots; a run cut short also brings its latest stage checkpoint to resume from,
-# and only that one: the grid cannot evaluate the stages left behind, and a checkpoint written by another orbax
-# version (0.12.4 there, 0.12.8 here) restored for training but failed the grid's params-only restore).
+# and only that one: the grid cannot evaluate the stages left behind).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
