@@ -45,6 +45,14 @@ grep -h "DONE\|Error\|error" "$RUN"/logs/*.log | tail -40
 $PY - "$RUN" "$OUT" <<'EOF'
 import json, os, sys, tarfile
 run, out = sys.argv[1], sys.argv[2]
+
+
+def size_of(path):
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(p, f)) for p, _, fs in os.walk(path) for f in fs)
+
+
 bundles, size = [[]], 0
 for name in sorted(os.listdir(os.path.join(run, "train"))):
     d = os.path.join(run, "train", name)
@@ -57,8 +65,7 @@ for name in sorted(os.listdir(os.path.join(run, "train"))):
     steps = sorted(int(s) for s in os.listdir(ck) if s.isdigit()) if os.path.isdir(ck) else []
     if not complete and steps:
         files.append(os.path.join(ck, str(steps[-1])))
-    n = sum(os.path.getsize(os.path.join(p, f)) for x in files for p, _, fs in
-            (os.walk(x) if os.path.isdir(x) else [(os.path.dirname(x), 0, [os.path.basename(x)])]) for f in fs)
+    n = sum(size_of(x) for x in files)
     if size + n > 12e6 and bundles[-1]:
         bundles.append([]); size = 0
     bundles[-1].extend(files); size += n
