@@ -1,4 +1,4 @@
-"""JSON files written atomically and versioned JSON documents read with typed errors (one place for both)."""
+"""Files written atomically (text, JSON) and versioned JSON documents read with typed errors (one place for both)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ from typing import Iterable
 from clbench_jax.errors import DataFileError
 
 
-def write_json(path: str | os.PathLike, obj, indent: int = 1) -> None:
-    """Write `obj` as JSON: a temporary file beside `path`, then os.replace (never half-written)."""
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text`: a temporary file beside `path`, then os.replace (never half-written)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=indent) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json(path: str | os.PathLike, obj, indent: int = 1) -> None:
+    """Write `obj` as JSON, atomically (write_text)."""
+    write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
 def read_versioned(path: str | os.PathLike, what: str, fmt: str, version: int,

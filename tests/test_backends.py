@@ -100,7 +100,7 @@ def test_script_does_what_it_says(runs):
 
 
 def test_backends_agree_on_positions(runs):
-    (rn, tn), (rm, tm) = runs["native"], runs["mjx"]
+    (_, tn), (rm, tm) = runs["native"], runs["mjx"]
     assert (rm.fail_reason == 0).all(), rm.fail_reason
     ee = np.abs(tn["ee_pos"] - tm["ee_pos"]).max(axis=(1, 2))
     obj = np.abs(tn["entity_pos"] - tm["entity_pos"]).max(axis=(1, 2, 3))

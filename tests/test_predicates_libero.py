@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from clbench_jax.sim.predicates import OPS, PRED, JointTests, PredicateLayout, SimView, compile_goal, eval_rows
+from clbench_jax.sim.predicates import OPS, JointTests, PredicateLayout, SimView, compile_goal, eval_rows
 
 _spec = importlib.util.spec_from_file_location("libero_adapter", os.path.join(os.path.dirname(__file__),
                                                                               "libero_adapter.py"))
@@ -233,7 +233,6 @@ class Sampler:
         row = int(r.choice(sc.rows_by_kind[kind]))
         name, *args = sc.atoms[row]
         tag, tie = "generic", False
-        E = sc.E
         if kind == "on_obj":
             a, b = sc.entities.index(args[0]), sc.entities.index(args[1])
             pa, pb = st["body_pos"][a], st["body_pos"][b]

@@ -160,3 +160,48 @@ def test_run_end_to_end(tmp_path):
     assert main(["report", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["metrics"] == doc["metrics"]
     assert (out / "report.md").exists() and (out / "success_packnet.png").exists()
+
+
+def _merge_source(folder: Path, seed: int, spec: dict, cfg: dict) -> None:
+    cols = _episode_table()
+    cols["seed"] = np.full(len(cols["seed"]), seed)
+    meta = {"tasks": ["task_a", "task_b"], "goal_columns": [], "spec": spec, "fingerprint": f"fp{seed}",
+            "checkpoints": [["seqft", seed, 0], ["seqft", seed, 1]]}
+    episodes.write_columns(folder / "grid" / "episodes.h5", cols, meta)
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    train = folder / "train" / f"seqft_s{seed}"
+    train.mkdir(parents=True)
+    (train / "metrics.json").write_text(json.dumps({"config": {"algo": "seqft", "seed": seed},
+                                                    "curves": [[0.0, 0.5, 0.25], [1.0, 0.5]]}))
+
+
+def test_report_merges_seed_folders(tmp_path):
+    """`clbench report OUT --merge A B`: two folders holding seeds 0 and 1 of one grid become one 2-seed report;
+    overlapping runs, another grid or another run config are refused with the file named."""
+    from clbench_jax.eval.report import merge_runs
+
+    spec, cfg = {"n_rollouts": 2}, {"suite": "libero_goal", "methods": ["seqft"], "seeds": [0], "train": {"lr": 1}}
+    _merge_source(tmp_path / "a", 0, spec, cfg)
+    _merge_source(tmp_path / "b", 1, spec, dict(cfg, seeds=[1]))
+    (tmp_path / "b" / "grid" / "episodes.h5").rename(tmp_path / "b" / "grid" / "hold.h5")
+    with pytest.raises(ClbenchError, match="has not finished"):
+        merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
+    (tmp_path / "b" / "grid" / "hold.h5").rename(tmp_path / "b" / "grid" / "episodes.h5")
+    doc = merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"], log=lambda m: None)
+    assert doc["episodes"] == 2 * len(_episode_table()["seed"])
+    o = doc["metrics"]["seqft"]["original"]
+    assert o["nbt"]["per_seed"] == pytest.approx([0.5, 0.5]) and o["final"]["std"] == 0.0
+    assert yaml.safe_load((tmp_path / "all" / "config.yaml").read_text())["seeds"] == [0, 1]
+    assert (tmp_path / "all" / "train" / "seqft_s1").resolve() == (tmp_path / "b" / "train" / "seqft_s1").resolve()
+    grid = json.loads((tmp_path / "all" / "grid" / "grid.json").read_text())
+    assert grid["fingerprint"] == "merged:fp0,fp1" and len(grid["checkpoints"]) == 4
+    with pytest.raises(ClbenchError, match="seqft seed 0 is also in") as e:
+        merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "a"])
+    assert "a/grid/episodes.h5" in str(e.value)
+    _merge_source(tmp_path / "c", 2, {"n_rollouts": 5}, cfg)
+    with pytest.raises(ClbenchError, match="spec differs"):
+        merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "c"])
+    _merge_source(tmp_path / "d", 3, spec, dict(cfg, train={"lr": 2}))
+    with pytest.raises(ClbenchError, match="run config differs") as e:
+        merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "d"])
+    assert "d/config.yaml" in str(e.value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import textwrap
 from pathlib import Path
 
 import pytest

@@ -21,9 +21,12 @@ def cmd_run(a):
 
 
 def cmd_report(a):
-    from clbench_jax.eval.report import finalize
+    from clbench_jax.eval.report import finalize, merge_runs
 
-    finalize(a.run_dir)
+    if a.merge:
+        merge_runs(a.run_dir, a.merge)
+    else:
+        finalize(a.run_dir)
     print(f"wrote {os.path.join(a.run_dir, 'report.md')}, metrics.json and plots")
 
 
@@ -43,6 +46,14 @@ def register(sub) -> None:
     r.add_argument("--seeds", default=None, help="comma-separated, e.g. 0,1,2")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.set_defaults(fn=cmd_run)
-    p = sub.add_parser("report", help="rebuild a run's report.md, metrics.json and plots from its files")
-    p.add_argument("run_dir")
+    p = sub.add_parser("report", help="rebuild a run's report.md, metrics.json and plots from its files",
+                       description="Rebuild RUN_DIR's report.md, metrics.json and plots from its files (the grid's "
+                                   "episodes, the training runs' curves, the variant file). With --merge, first "
+                                   "merge the finished grids of run folders that evaluated different methods or "
+                                   "seeds of one grid (e.g. seeds run on different machines) into RUN_DIR: "
+                                   "clbench report runs/all --merge runs/seed0 runs/seed1 runs/seed2")
+    p.add_argument("run_dir", help="run folder (written with --merge)")
+    p.add_argument("--merge", nargs="+", metavar="RUN", default=None,
+                   help="run folders with finished grids over disjoint (method, seed) runs: same tasks, "
+                        "variants, grid settings and run config apart from methods and seeds")
     p.set_defaults(fn=cmd_report)

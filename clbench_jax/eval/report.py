@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from clbench_jax.errors import ClbenchError
+from clbench_jax.jsonio import write_text
 
 
 def _pm(d: dict | None, scale: float = 100.0) -> str:
@@ -80,11 +81,68 @@ def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = Non
            "action_level": {"file": battery.FILE if act else None, "note": note, "summary": battery.summary(act)},
            "table3": battery.table3(cols, len(tasks), act),
            "coverage": cov if cov else {"skipped": cov_note}}
-    tmp = run_dir / "metrics.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, run_dir / "metrics.json")
+    write_text(run_dir / "metrics.json", json.dumps(doc, indent=1))
     write_report(run_dir, doc, tensors, curves)
     return doc
+
+
+MERGE_KEYS = ("tasks", "goal_columns", "spec")  # what makes two grid folders parts of one grid
+
+
+def merge_runs(out_dir: str | os.PathLike, sources: list, log: Callable[[str], None] | None = None) -> dict:
+    """Merge the finished grids of run folders that evaluated disjoint (method, seed) runs of one grid (seeds run
+    on different machines or at different times) into `out_dir`, then report -> the metrics dict.
+
+    The grids must agree on tasks, the variants' goal columns and the grid settings, and the folders' config.yaml
+    on everything but methods and seeds. out_dir gets grid/episodes.h5 (the sources' episodes, concatenated),
+    config.yaml (methods and seeds united), train/ links to the sources' runs, and a grid.json whose fingerprint
+    names the sources, so `clbench run` there refuses to start a new grid over the merged one."""
+    import yaml
+
+    from clbench_jax.eval import episodes
+
+    out = Path(out_dir)
+    parts, metas, configs, owner = [], [], [], {}  # owner: (method, seed) -> source folder
+    for src in map(Path, sources):
+        path = src / "grid" / "episodes.h5"
+        if not path.exists():
+            raise ClbenchError("no episode file: that run's grid has not finished", file=str(path))
+        cols, meta = episodes.read_columns(path)
+        for k in MERGE_KEYS:
+            if metas and meta.get(k) != metas[0].get(k):
+                raise ClbenchError(f"not the grid of {sources[0]}: its {k} differs", file=str(path), field=k)
+        for m, s in sorted({(str(m), int(s)) for m, s in zip(cols["method"], cols["seed"])}):
+            if (m, s) in owner:
+                raise ClbenchError(f"{m} seed {s} is also in {owner[m, s]}", file=str(path), field="seed")
+            owner[m, s] = src
+        cfg = src / "config.yaml"
+        configs.append((cfg, yaml.safe_load(cfg.read_text()) if cfg.exists() else None))
+        parts.append(cols)
+        metas.append(meta)
+    strip = lambda c: {k: v for k, v in c.items() if k not in ("methods", "seeds")}  # noqa: E731
+    for cfg, c in configs[1:]:
+        if c is not None and configs[0][1] is not None and strip(c) != strip(configs[0][1]):
+            raise ClbenchError(f"its run config differs from {configs[0][0]} (beyond methods and seeds)",
+                               file=str(cfg))
+    (out / "grid").mkdir(parents=True, exist_ok=True)
+    for (m, s), src in owner.items():
+        run = (src / "train" / f"{m}_s{s}").resolve()
+        link = out / "train" / f"{m}_s{s}"
+        if run.exists() and run != link.resolve():
+            link.parent.mkdir(exist_ok=True)
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(run)
+    fp = "merged:" + ",".join(str(m.get("fingerprint")) for m in metas)
+    meta = {**{k: metas[0].get(k) for k in MERGE_KEYS}, "fingerprint": fp, "merged_from": list(map(str, sources)),
+            "checkpoints": [c for m in metas for c in m.get("checkpoints", [])]}
+    episodes.write_columns(out / "grid" / "episodes.h5", episodes.concat(parts), meta)
+    write_text(out / "grid" / "grid.json", json.dumps(meta, indent=1))
+    if configs[0][1] is not None:
+        merged = dict(configs[0][1], methods=list(dict.fromkeys(m for m, _ in owner)),
+                      seeds=sorted({s for _, s in owner}))
+        write_text(out / "config.yaml", yaml.safe_dump(merged, sort_keys=False))
+    return finalize(out, log=log)
 
 
 LANGUAGE = {"contrast": ("target_sr", "gsa", "original_persistence"), "collision": ("ogp", "cgar", "air")}
@@ -227,9 +285,7 @@ def write_report(run_dir: Path, doc: dict, tensors: dict, curves: dict) -> None:
                   f"{doc['physics_failures']}.", ""]
         lines += [f"- {f['method']} seed {f['seed']} stage {f['stage']} task {f['task']}: {f['reason']}"
                   for f in doc["failed_cells"]]
-    tmp = run_dir / "report.md.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, run_dir / "report.md")
+    write_text(run_dir / "report.md", "\n".join(lines) + "\n")
 
 
 def _pct(d: dict | None) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from clbench_jax.errors import ClbenchError
+from clbench_jax.jsonio import write_text
 from clbench_jax.lifelong.config import read_yaml_mapping
 
 
@@ -111,12 +112,6 @@ def run_tasks(cfg: RunConfig):
     return tuple(ordered_tasks(cfg.suite, cfg.order)[: cfg.n_tasks])
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _check_folder(out: Path, cfg: RunConfig) -> None:
     """A run folder belongs to one run config (like the lifelong loop's results folders)."""
     path = out / "config.yaml"
@@ -128,7 +123,7 @@ def _check_folder(out: Path, cfg: RunConfig) -> None:
             raise ClbenchError(f"run folder holds a run with a different config ({diff[0]}); use another --out",
                                file=str(path), field=diff[0])
         return
-    _write(path, yaml.safe_dump(new, sort_keys=False))
+    write_text(path, yaml.safe_dump(new, sort_keys=False))
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
