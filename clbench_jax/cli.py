@@ -45,16 +45,12 @@ def cmd_tasks_show(a):
 
 
 def cmd_sim_export(a):
-    import os
-
+    from clbench_jax.jsonio import write_text
     from clbench_jax.sim.scene import export_xml
 
     task = _task(a.task)
     xml = export_xml(_scene_for(task), task)
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(xml)
-    os.replace(tmp, a.out)
+    write_text(a.out, xml)
     print(f"wrote {a.out} (scene {task.scene}, {len(xml)} bytes)")
 
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from clbench_jax.errors import ClbenchError
 from clbench_jax.eval import episodes
+from clbench_jax.jsonio import write_json
 from clbench_jax.tasks.spec import TaskSpec
 
 CONDITIONS = ("original", "paraphrase", "contrast", "collision")
@@ -462,9 +463,7 @@ def _write_manifest(out: Path, fp: str, spec: GridSpec, checkpoints, chunk: dict
            "checkpoints": [[c.method, c.seed, c.stage] for c in checkpoints],
            "goal_columns": [[list(map(list, g)) for g in goal_columns(vs)] for vs in spec.variants],
            "spec": spec.settings(), "chunk": chunk}
-    tmp = path.with_name("grid.json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(path)
+    write_json(path, doc)
 
 
 def merge(out: Path, n_chunks: int, fp: str) -> dict[str, np.ndarray] | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from string import Template
 
 from clbench_jax.errors import ClbenchError
+from clbench_jax.jsonio import write_json
 from clbench_jax.language import frames as F
 from clbench_jax.language.variants import Candidate
 from clbench_jax.tasks.adapter import SUPPORTED_GOAL_PREDICATES
@@ -152,10 +153,7 @@ def complete(request: dict, cfg: LLMConfig, *, task: str, client=None, sleep=tim
     except (json.JSONDecodeError, KeyError, IndexError, TypeError):
         content = None  # an answer that is not a Chat Completion: kept verbatim, parsed as rejected
     record = {"request": request, "response": body, "content": content}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)
+    write_json(path, record)
     return record
 
 

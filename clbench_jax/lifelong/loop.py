@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from clbench_jax.errors import ClbenchError, DataFileError
-from clbench_jax.jsonio import write_json
+from clbench_jax.jsonio import write_json, write_text
 from clbench_jax.lifelong.config import TrainConfig, dump_config
 from clbench_jax.lifelong.data import concat_batches, has_demos, open_dataset, policy_batch
 
@@ -158,10 +158,7 @@ def _check_config(out_dir: str, cfg: TrainConfig) -> None:
                                f"{old.get(diff[0])!r} != {new.get(diff[0])!r}); use another --out",
                                file=path, field=diff[0])
         return
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(dump_config(cfg))
-    os.replace(tmp, path)
+    write_text(path, dump_config(cfg))
 
 
 def success_matrix(rows: list[list[float]]) -> np.ndarray:
