@@ -129,3 +129,12 @@ def test_more_kinds(suite, name, target):
     rate = oracle_success(scene, [task], N, seed=0)[task.name]["success"]
     if rate < target:
         pytest.xfail(f"oracle at {rate:.0%} on {task.name} (docs/ORACLE.md)")
+
+
+def test_hand_box_clears_tall_neighbour():
+    """libero_object's tomato sauce can stands ~0.1 m from the taller orange-juice carton: with the closing axis
+    toward the carton, the hand's 0.19 m box landed on the carton's top and slid off it (initial states 7 and 8 of
+    these 10 failed, 86% at n = 50); the grasp-candidate score now turns the closing axis away (100% at n = 50)."""
+    tasks = suite_tasks("libero_object")
+    scene = build_scene(tasks)
+    assert _rate(scene, "pick_up_the_tomato_sauce_and_place_it_in_the_basket", n=10) >= 0.99

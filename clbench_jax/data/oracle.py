@@ -56,6 +56,8 @@ CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -
 BOWL_OPEN = -0.2  # gripper command approaching a bowl rim: servo target 3.6 cm open (the wall is 6 mm)
 WRIST_UP = 0.20  # the wrist (joint 6) sits about this far up the hand from the grip site
 REACH_IN = 0.30  # a wrist nearer than this to the base's vertical axis folds the elbow onto its limit
+HAND_BOX_HALF = (0.095, 0.025)  # the hand's collision box, half-extents along / across the closing axis (robot.py)
+HAND_BOX_UNDER = 0.045  # its underside above the grip site
 
 # Joint kinds.
 JK_NONE, JK_DRAWER, JK_DOOR, JK_KNOB = range(4)
@@ -347,9 +349,21 @@ def make_oracle(scene: Scene, noise: bool = True):
         odn = off_dir / jnp.maximum(jnp.linalg.norm(off_dir, axis=1, keepdims=True), 1e-6)
         wrist = cpt + odn * WRIST_UP * jnp.sin(T["tilt"][a_ent])
         reach_in = jnp.maximum(REACH_IN - jnp.linalg.norm(wrist - base[None, :2], axis=1), 0.0)
+        # - hand box: it is 0.19 m long along the closing axis; a neighbour taller than the box's underside at the
+        # grasp within that footprint stops the descent (traced: libero_object tomato sauce, an orange-juice carton
+        # ~0.1 m beside the can; the hand sat on the carton's top and slid off it, 7 of 50 lost)
+        cax = yaw_e[a_ent] + cnd[:, 2]
+        u = jnp.stack([jnp.cos(cax), jnp.sin(cax)], -1)  # (K, 2) closing axis
+        dn = pos[None, :, :2] - cpt[:, None, :]  # (K, E, 2)
+        along = jnp.abs(jnp.einsum("ked,kd->ke", dn, u))
+        across = jnp.abs(jnp.einsum("ked,kd->ke", dn, jnp.stack([-u[:, 1], u[:, 0]], -1)))
+        r_o = 0.5 * jnp.max(T["size"][:, :2], axis=1)[None, :]
+        tall = pos[:, 2] + T["size"][:, 2] > pos[a_ent, 2] + T["grip_z"][a_ent] + HAND_BOX_UNDER
+        box_hit = jnp.any(others[None, :] & tall[None, :] & (along < HAND_BOX_HALF[0] + r_o + 0.01)
+                          & (across < HAND_BOX_HALF[1] + r_o + 0.01), axis=1)
         cscore = (-jnp.abs(cyaw) + 2.0 * jnp.minimum(dmin, 0.12)
                   + pref * 3.0 * (off_dir @ fr[:2]) - 0.3 * (off_dir[:, 0] > 0.01) + 0.4 * near_w
-                  - 20.0 * reach_in)
+                  - 20.0 * reach_in - 3.0 * box_hit)
         cscore = jnp.where(T["cmask"][a_ent], cscore, -1e9)
         new_cand = jnp.argmax(cscore)
 
