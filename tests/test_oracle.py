@@ -138,3 +138,13 @@ def test_hand_box_clears_tall_neighbour():
     tasks = suite_tasks("libero_object")
     scene = build_scene(tasks)
     assert _rate(scene, "pick_up_the_tomato_sauce_and_place_it_in_the_basket", n=10) >= 0.99
+
+
+@pytest.mark.slow
+def test_shared_region_slots():
+    """libero_10 "put both moka pots on the stove": both On rows name the stove's cook region; aimed at its centre,
+    the second pot came down on the first (0 of 50). Each pot now gets its own slot on the region's diagonal
+    (6 of these 10 initial states succeed; the rest re-grasp the first pot, docs/ORACLE.md)."""
+    task = next(t for t in suite_tasks("libero_10") if t.name == "KITCHEN_SCENE8_put_both_moka_pots_on_the_stove")
+    scene = build_scene(scene_tasks(task.scene))
+    assert _rate(scene, task.name, n=10) >= 0.3
