@@ -37,7 +37,7 @@ TARGET = 0.8
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", default="libero_goal")
-    ap.add_argument("--obs", default="state", choices=["state", "rgb"])
+    ap.add_argument("--obs", default=None, choices=["state", "rgb"], help="default: the config's (state)")
     ap.add_argument("--demos", required=True, help="folder written by `clbench demos collect --out`")
     ap.add_argument("--out", default="runs/learnability", help="one lifelong results folder per task")
     ap.add_argument("--config", default="configs/learnability.yaml", help="training config (flags below override)")
@@ -53,6 +53,7 @@ def main(argv=None) -> None:
 
 
 def run(a) -> None:
+    a.obs = a.obs or load_config(a.config).obs
     path = a.json or str(Path(__file__).parent / "results" / f"learnability_{a.obs}_cpu.json")
     names = a.tasks or [t.name for t in suite_tasks(a.suite)]
     rows, t_all = [], time.perf_counter()
