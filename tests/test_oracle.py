@@ -143,8 +143,9 @@ def test_hand_box_clears_tall_neighbour():
 @pytest.mark.slow
 def test_shared_region_slots():
     """libero_10 "put both moka pots on the stove": both On rows name the stove's cook region; aimed at its centre,
-    the second pot came down on the first (0 of 50). Each pot now gets its own slot on the region's diagonal
-    (6 of these 10 initial states succeed; the rest re-grasp the first pot, docs/ORACLE.md)."""
+    the second pot came down on the first (0 of 50). Each pot now gets its own slot on the region's diagonal, and the
+    retreat after a release no longer climbs to the workspace's top (from there the next approach knocked the first
+    pot over: 5 of these 10 initial states failed with the slots alone)."""
     task = next(t for t in suite_tasks("libero_10") if t.name == "KITCHEN_SCENE8_put_both_moka_pots_on_the_stove")
     scene = build_scene(scene_tasks(task.scene))
-    assert _rate(scene, task.name, n=10) >= 0.3
+    assert _rate(scene, task.name, n=10) >= 0.9

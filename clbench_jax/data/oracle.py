@@ -445,7 +445,11 @@ def make_oracle(scene: Scene, noise: bool = True):
         z_cap = base[2] + 0.62
         ee_transit = jnp.minimum(jnp.maximum(clear - off[2], surf + 0.2), z_cap)
         live = (pos[a] - ee)
-        off_use = jnp.where(ph >= 4, live, off_r)
+        # carrying (phases 4-7): the object's live offset; the retreat after release (8) keeps the grasp offset --
+        # with the live one its target (0.12 m above the hand's own place point) rose with the hand, which
+        # climbed ~0.6 m until the phase's 60-step limit, and the next job started from there (traced: libero_10
+        # both moka pots; the dive from that height onto the next object knocked the first pot over)
+        off_use = jnp.where((ph >= 4) & (ph <= 7), live, off_r)
         ee_tgt = tgt - off_use
         ins_z = ee_tgt[2] + 0.01
         p_front = ee_tgt + sfront * 0.22
@@ -574,8 +578,13 @@ def make_oracle(scene: Scene, noise: bool = True):
         cpt_lead = door_pt(qt_close, jnp.array([-s_push, 0.0, 0.0])) + n_out(qt_close) * 0.02
         zc = z_door - 0.04
         Rmc = _r_down(jnp.asarray(0.0))
+        mc0 = cpt_now.at[2].set(z_door + 0.06) + n_out(qj) * 0.03
+        # from well below the roof line (e.g. just pulled out of the microwave after placing something in it), rise
+        # first: the straight path up to the roof ran into the open door (libero_10 mug in the microwave and close
+        # it: the door never closed)
+        mc0 = jnp.where(ee[2] < mc0[2] - 0.04, jnp.array([ee[0], ee[1], mc0[2] + 0.01]), mc0)
         mclose = dict(
-            pos=[cpt_now.at[2].set(z_door + 0.06) + n_out(qj) * 0.03, cpt_now.at[2].set(zc),
+            pos=[mc0, cpt_now.at[2].set(zc),
                  cpt_lead.at[2].set(zc), (cpt_now + n_out(qj) * 0.06).at[2].set(zc),
                  (cpt_now + n_out(qj) * 0.06).at[2].set(z_door + 0.1)],
             R=[Rmc] * 5, grip=[1, 1, 1, 1, 1], tol=[0.02, 0.01, 1, 0.02, 0.03], vmax=[1, 0.5, 0.35, 0.6, 0.8],
