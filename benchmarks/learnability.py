@@ -2,7 +2,7 @@
 demos; success from the loop's own evaluation (fixed initial-state bank, best checkpoint as LIBERO selects it).
 
     clbench demos collect --suite libero_goal --n 50 --no-images --out demos
-    python benchmarks/learnability.py --demos demos --out runs/learnability     # resumes per task
+    python benchmarks/learnability.py --demos demos --held-out 50 --out runs/learnability   # resumes per task
 
 Writes benchmarks/results/learnability_<obs>_cpu.json (atomically, after every task).
 
@@ -40,7 +40,9 @@ def main(argv=None) -> None:
     ap.add_argument("--obs", default=None, choices=["state", "rgb"], help="default: the config's (state)")
     ap.add_argument("--demos", required=True, help="folder written by `clbench demos collect --out`")
     ap.add_argument("--out", default="runs/learnability", help="one lifelong results folder per task")
-    ap.add_argument("--config", default="configs/learnability.yaml", help="training config (flags below override)")
+    ap.add_argument("--config", default="configs/learnability_libero_protocol.yaml",
+                    help="training config (flags below override); default: LIBERO's evaluation protocol with the "
+                         "mid-size model, the setting behind docs/RESULTS.md's current table")
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--tasks", nargs="*", default=None, help="task names (default: the whole suite)")
     ap.add_argument("--held-out", type=int, default=0, metavar="N",
