@@ -104,7 +104,8 @@ def held_out_success(cfg, out_dir: str, n: int) -> float:
     tasks = run_tasks(cfg)
     params = stage_checkpoints(out_dir, cfg, len(tasks), cfg.algo)[-1].load(0)
     ecfg = dataclasses.replace(cfg, n_eval=n, eval_seed=HELD_OUT_SEED)
-    ev = Evaluator(ecfg, make_policy(cfg), make_algorithm(cfg.algo, **cfg.algo_kwargs), tasks,
+    # load(0) already applied the algorithm's per-task parameter selection: evaluate them as they are
+    ev = Evaluator(ecfg, make_policy(cfg), make_algorithm("seqft"), tasks,
                    task_embeddings(tasks, cfg), derive_key(jax.random.PRNGKey(cfg.seed), "held_out"), progress=True)
     return float(ev(params, None, [0])[0])
 

@@ -118,6 +118,11 @@ def _grasp_spec(cat: str):
     return [(0.0, 0.0, psi)], max(h / 2, 0.025, top), False
 
 
+def _rise_first(ee, target):
+    """A first waypoint well above the hand becomes the point straight above the hand: rise, then move across."""
+    return jnp.where(ee[2] < target[2] - 0.04, jnp.array([ee[0], ee[1], target[2] + 0.01]), target)
+
+
 def _geom_local(s: assets.StandIn, body: str, size) -> np.ndarray:
     for g in s.geoms:
         if g.body == body and np.allclose(g.size, size):
@@ -464,7 +469,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         pre_z = jnp.maximum(gpt[2] + PRE_H, jnp.max(jnp.where(above_obj, pos[:, 2] + T["size"][:, 2], 0.0)) + 0.05)
         pre = jnp.array([gpt[0], gpt[1], pre_z]) + nse * jnp.array([1.0, 1.0, 2.0])
         # well below the pre-grasp height: rise first (a sideways sweep knocks open drawers / nearby objects)
-        pre = jnp.where(ee[2] < pre[2] - 0.04, jnp.array([ee[0], ee[1], pre[2] + 0.01]), pre)
+        pre = _rise_first(ee, pre)
         g_lift = jnp.array([ps["anchor"][0], ps["anchor"][1], ee_transit])
         # bowls: tilt the hand by the wall's slant so the pads lie flat on the wall
         rad = (gpt - pos[a]).at[2].set(0.0)
@@ -582,7 +587,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         # from well below the roof line (e.g. just pulled out of the microwave after placing something in it), rise
         # first: the straight path up to the roof ran into the open door (libero_10 mug in the microwave and close
         # it: the door never closed)
-        mc0 = jnp.where(ee[2] < mc0[2] - 0.04, jnp.array([ee[0], ee[1], mc0[2] + 0.01]), mc0)
+        mc0 = _rise_first(ee, mc0)
         mclose = dict(
             pos=[mc0, cpt_now.at[2].set(zc),
                  cpt_lead.at[2].set(zc), (cpt_now + n_out(qj) * 0.06).at[2].set(zc),
