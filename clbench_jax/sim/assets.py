@@ -504,7 +504,10 @@ def _fixtures() -> dict[str, StandIn]:
         front=(1.0, 0.0, 0.0),
         description="open caddy 0.24 x 0.40 x 0.08: middle column split into front/back, left/right columns")
 
-    # microwave: front -y, door hinged on the +x edge (opens toward -y for negative q)
+    # microwave: front -y, control panel on +x, door hinged on the -x edge with its pull bar at the +x end, next to
+    # the panel, as LIBERO's (its microwave.xml: hinge at x = -0.1725, handle at +0.065). Opens toward -y for
+    # negative q. (Hinged at the panel edge, as before, the bar of KITCHEN_SCENE7's microwave -- yaw pi -- sat
+    # 0.83 m from the arm's base, out of reach.)
     Wm, Dm, Hm, tm = 0.40, 0.28, 0.26, 0.015
     hxm, hym = Wm / 2, Dm / 2
     panel_x0 = 0.09
@@ -516,9 +519,9 @@ def _fixtures() -> dict[str, StandIn]:
               rgba=(0.15, 0.15, 0.17, 1))]
     door_w, door_t = panel_x0 + hxm, 0.012
     door_h = Hm - 2 * tm
-    g += [_box((-door_w / 2, door_t / 2, door_h / 2), (door_w / 2, door_t / 2, door_h / 2),
+    g += [_box((door_w / 2, door_t / 2, door_h / 2), (door_w / 2, door_t / 2, door_h / 2),
                rgba=(0.12, 0.12, 0.14, 1), body="door"),
-          _box((-door_w + 0.035, -0.025 - 0.006, door_h / 2), (0.006, 0.006, 0.06), rgba=(0.75, 0.75, 0.78, 1),
+          _box((door_w - 0.035, -0.025 - 0.006, door_h / 2), (0.006, 0.006, 0.06), rgba=(0.75, 0.75, 0.78, 1),
                body="door")]
     cav_x0, cav_x1 = -hxm + tm, panel_x0
     cav_y0, cav_y1 = -hym, hym - tm
@@ -527,13 +530,13 @@ def _fixtures() -> dict[str, StandIn]:
         sites=(SiteDef("heating_region", "", ((cav_x0 + cav_x1) / 2, (cav_y0 + cav_y1) / 2, tm + 0.08),
                        (0.12, 0.0835, 0.08)),
                SiteDef("top_side", "", (0, 0, Hm - 0.0015), (hxm - 0.01, hym - 0.01, 0.0015))),
-        joints=(JointDef("door_joint", "door", "hinge", (0.0, 0.0, -1.0), (-2.094, 0.0), damping=0.3,
+        joints=(JointDef("door_joint", "door", "hinge", (0.0, 0.0, 1.0), (-2.094, 0.0), damping=0.3,
                          frictionloss=0.15, armature=0.01),),
         articulation=Articulation(open_test=("lt", -1.3), close_test=("gt", -0.005), open_range=(-2.094, -1.3),
                                   close_range=(-0.005, 0.0)),
-        children=(("door", (panel_x0, -hym - door_t, tm)),), front=(0.0, -1.0, 0.0),
+        children=(("door", (-hxm, -hym - door_t, tm)),), front=(0.0, -1.0, 0.0),
         description="microwave 0.40 x 0.28 x 0.26, cavity 0.275 x 0.265 x 0.23, control panel on +x, door "
-                    "hinged at the panel edge with a vertical pull bar")
+                    "hinged at the far edge from the panel, vertical pull bar next to the panel")
 
     # two-layer shelf: front -y (open), boards at the bottom, middle and top
     Ws, Ds, bt = 0.44, 0.26, 0.02
