@@ -372,7 +372,19 @@ def make_oracle(scene: Scene, noise: bool = True):
         tall = pos[:, 2] + T["size"][:, 2] > pos[a_ent, 2] + T["grip_z"][a_ent] + HAND_BOX_UNDER
         box_hit = jnp.any(others[None, :] & tall[None, :] & (along < HAND_BOX_HALF[0] + r_o + 0.01)
                           & (across < HAND_BOX_HALF[1] + r_o + 0.01), axis=1)
-        cscore = (-jnp.abs(cyaw) + 2.0 * jnp.minimum(dmin, 0.12)
+        # - an object in a drawer is pinched across the drawer's slide axis: along it, the hand box reached over the
+        # drawer's front panel (2-3 cm from a bowl's rim) and pushed the drawer shut while descending (traced:
+        # libero_spatial bowl in the top drawer, q -0.16 -> -0.04 in every episode)
+        if S:
+            half_s = jnp.abs(jnp.einsum("sij,sj->si", view.site_mat, view.site_size)) + jnp.array([0.0, 0.0, 0.01])
+            in_site = T["s_drawer"] & jnp.all(jnp.abs(pos[a_ent][None] - view.site_pos) < half_s, axis=1)
+            k_dr = jnp.argmax(in_site)
+            f_dr = view.site_mat[k_dr] @ T["s_front"][k_dr]
+            along_slide = jnp.where(in_site.any(), jnp.abs(u @ f_dr[:2]), 0.0)
+            new_out = jnp.where(in_site.any(), f_dr.at[2].set(0.0), 0.0)
+        else:
+            along_slide, new_out = 0.0, jnp.zeros(3)
+        cscore = (-jnp.abs(cyaw) + 2.0 * jnp.minimum(dmin, 0.12) - 3.0 * along_slide
                   + pref * 3.0 * (off_dir @ fr[:2]) - 0.3 * (off_dir[:, 0] > 0.01) + 0.4 * near_w
                   - 20.0 * reach_in - 3.0 * box_hit)
         cscore = jnp.where(T["cmask"][a_ent], cscore, -1e9)
@@ -388,6 +400,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps["dir"] = jnp.where(start, new_dir, ps["dir"])
         ps["cand"] = jnp.where(start, new_cand, ps["cand"])
         ps["noise"] = jnp.where(start, new_noise, ps["noise"])
+        ps["out"] = jnp.where(start, new_out, ps["out"])
         ps["speed"] = jnp.where(ps["t"] == 0, new_speed, ps["speed"])
         ps["phase"] = jnp.where(start, 0, ps["phase"])
         ps["tp"] = jnp.where(start, 0, ps["tp"])
@@ -475,6 +488,12 @@ def make_oracle(scene: Scene, noise: bool = True):
         # well below the pre-grasp height: rise first (a sideways sweep knocks open drawers / nearby objects)
         pre = _rise_first(ee, pre)
         g_lift = jnp.array([ps["anchor"][0], ps["anchor"][1], ee_transit])
+        # out of a drawer: first (10 steps) slide 2 cm toward its front panel along the floor, then lift (straight
+        # up, a bowl's back rim caught under the cabinet's top panel and the lift stalled to its time limit:
+        # libero_spatial bowl in the top drawer; the rim is 2.7 cm from the drawer's front panel)
+        from_drawer = jnp.any(ps["out"] != 0)
+        g_lift = jnp.where(from_drawer & (tp < 10), ps["anchor"] + ps["out"] * 0.02 + jnp.array([0.0, 0.0, 0.004]),
+                           jnp.where(from_drawer, g_lift.at[:2].add(ps["out"][:2] * 0.02), g_lift))
         # bowls: tilt the hand by the wall's slant so the pads lie flat on the wall
         rad = (gpt - pos[a]).at[2].set(0.0)
         rad = rad / jnp.maximum(jnp.linalg.norm(rad), 1e-6)
@@ -492,7 +511,7 @@ def make_oracle(scene: Scene, noise: bool = True):
             grip=[T["gopen"][a], T["gopen"][a], 1, 1, 1, 1, 1, -1, -1],
             tol=[0.02, 0.006, 1, 0.03, 0.02, 0.012, 0.008, 1, 0.03],
             vmax=[1, 0.45, 1, 0.35, 0.45, 0.4, 0.3, 1, 0.8],
-            mins=[0, 0, 12, 0, 0, 0, 0, 6, 0],
+            mins=[0, 0, 12, jnp.where(from_drawer, 12, 0), 0, 0, 0, 6, 0],
             maxs=[150, 60, 12, 80, 150, 80, 60, 6, 60],
             n=9)
         carried = pos[a] - (ee + off)
@@ -729,7 +748,7 @@ def make_oracle(scene: Scene, noise: bool = True):
     def pstate0_fn(n: int):
         z = lambda *s, dt=jnp.float32: jnp.zeros((n,) + s, dt)  # noqa: E731
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
-                    pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), dir=z(), cand=z(dt=jnp.int32), noise=z(3),
+                    pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), dir=z(), cand=z(dt=jnp.int32), noise=z(3), out=z(3),
                     speed=z() + 0.7, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3), anchor=z(3), dyaw=z(),
                     yaw0=z(), t=z(dt=jnp.int32))
 

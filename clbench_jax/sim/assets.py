@@ -434,8 +434,13 @@ def _cabinet(cat: str, rgba, mass: float, front_sign: int) -> StandIn:
         inner_lo, inner_hi = x_back + wt, x_front
         floor_top = 0.002 + ft
         rh = 0.5 * (wall_h + 0.002 - ft)
-        sites.append(SiteDef(f"{level}_region", body, ((inner_lo + inner_hi) / 2, 0.0, floor_top + rh),
-                             ((inner_hi - inner_lo) / 2, dw - wt, rh)))
+        # the region is LIBERO's size (0.151 deep along the slide, 0.204 wide; its wooden_cabinet.xml) at the
+        # drawer's front: an object put in at the region's centre then sits where LIBERO's does, ~6 cm in front of
+        # the cabinet's face when the drawer is open at -0.15 (at the inner box's centre, libero_spatial's bowl in
+        # the top drawer had its back rim under the cabinet's top panel, which the hand box hit: 2%)
+        reg_d = min(0.151, inner_hi - inner_lo)
+        sites.append(SiteDef(f"{level}_region", body, (inner_hi - reg_d / 2, 0.0, floor_top + rh),
+                             (reg_d / 2, min(dw - wt, 0.102), rh)))
         joints.append(JointDef(f"{level}_drawer_joint", body, "slide", (-1.0, 0.0, 0.0), (-0.22, 0.01),
                                damping=5.0, frictionloss=1.0, armature=0.02))
     art = Articulation(open_test=("lt", -0.14), close_test=("gt", 0.0), open_range=(-0.16, -0.14),
