@@ -453,7 +453,10 @@ def make_oracle(scene: Scene, noise: bool = True):
         slot = jnp.minimum(SLOT_OFF, jnp.abs(ssz[:2]) - SLOT_MARGIN) * frac
         tgt_xy = jnp.where(b_site & ~dr, tgt_xy + (sm[:2, :2] @ slot), tgt_xy)
         rest_z = jnp.where(b_site, jnp.where(is_in, s_bot + 0.01, s_top), pos[be][2] + T["stack_h"][be])
-        tgt = jnp.concatenate([tgt_xy + nse[:2], (rest_z + DROP)[None]])
+        # into a drawer: released 3 cm higher (the tilted hand's box dips ~4 cm at its outer end, onto the open
+        # drawer's front panel or side wall, and shoved the bowl back under the drawer above: libero_10 / KS4 bowl
+        # into the bottom drawer)
+        tgt = jnp.concatenate([tgt_xy + nse[:2], (rest_z + DROP + jnp.where(dr, 0.03, 0.0))[None]])
         side = b_site & T["s_side"][bs]
         sfront = sm @ T["s_front"][bs]
         # transit height: clear entities near the source and the target
