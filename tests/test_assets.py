@@ -318,6 +318,43 @@ def test_mug_in_open_microwave_is_in():
     assert A.eval_test(art.close_test, 0.0) and not A.eval_test(art.close_test, -0.01)
 
 
+def test_microwave_door_hinged_as_libero():
+    """LIBERO's microwave.xml: front -y, door hinged at the -x edge (x = -0.1725), its handle at the +x end next to
+    the control panel. Mirrored (as before), KITCHEN_SCENE7's microwave (yaw pi) had its bar 0.83 m from the arm's
+    base and the oracle opened it in 6% of episodes. Opening (negative q) must swing the bar toward the front."""
+    spec = _spec()
+    _add(spec, "f", "microwave", free=False)
+    m = spec.compile()
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    door = m.body("f_door").id
+    bar = next(i for i in range(m.ngeom) if m.geom_bodyid[i] == door and m.geom_size[i][0] < 0.01)
+    hinge = d.xpos[door].copy()
+    assert hinge[0] < -0.15 and d.geom_xpos[bar][0] > 0.0
+    y0 = d.geom_xpos[bar][1]
+    d.qpos[_qpos_adr(m, "f_door_joint")] = -0.5
+    mujoco.mj_forward(m, d)
+    assert d.geom_xpos[bar][1] < y0 - 0.05  # front is -y
+    np.testing.assert_allclose(d.xpos[door], hinge, atol=1e-9)
+
+
+@pytest.mark.parametrize("cat", ["wooden_cabinet", "white_cabinet"])
+def test_drawer_region_as_libero(cat):
+    """Drawer regions have LIBERO's size (wooden_cabinet.xml: 0.151 deep along the slide, 0.204 wide) and sit at the
+    drawer's front, so an object put at a region's centre is ~9 cm behind the drawer's front face as in LIBERO."""
+    s = A.standin(cat)
+    front = np.asarray(s.front)
+    for level in ("top", "middle", "bottom"):
+        st = next(x for x in s.sites if x.suffix == f"{level}_region")
+        size = np.abs(np.asarray(st.size))
+        np.testing.assert_allclose(size @ np.abs(front), 0.151 / 2, atol=1e-6)
+        across = np.array([abs(front[1]), abs(front[0]), 0.0])
+        np.testing.assert_allclose(size @ across, 0.102, atol=1e-6)
+        centre = np.asarray(s.child_body_pos[s.child_bodies.index(st.body)]) + np.asarray(st.pos)
+        face = float(np.asarray(s.geoms[0].size) @ np.abs(front))  # the top board's half depth: the front face
+        assert 0.085 < face - centre @ front < 0.095
+
+
 @pytest.mark.parametrize("cat", ["wooden_cabinet", "white_cabinet"])
 def test_drawers(cat):
     s = A.standin(cat)
