@@ -570,7 +570,9 @@ def make_oracle(scene: Scene, noise: bool = True):
 
         # ================================================================ joints: shared geometry
         o = T["jowner"][jj]
-        Ro = quat_to_mat(sens[c.sens_entity_quat][o])
+        Ro_all = quat_to_mat(sens[c.sens_entity_quat][T["jowner"]])  # every joint's owner (door checks below)
+        hinge_all = pos[T["jowner"]] + jnp.einsum("jab,jb->ja", Ro_all, T["jchild"])  # door hinges (child origins)
+        Ro = Ro_all[jj]
         qj = q[jj]
         f = Ro @ T["jfront"][jj]
         # drawer bar (world) at the current q
@@ -603,11 +605,9 @@ def make_oracle(scene: Scene, noise: bool = True):
             mins=[0, 0, 0, 0, 0], maxs=[150, 60, 120, 60, 60], n=5)
         dclose_cond2 = qj > 0.004
 
-        Ro_all = quat_to_mat(sens[c.sens_entity_quat][T["jowner"][:J]])  # every joint's owner (door checks below)
-        hinge_all = pos[T["jowner"][:J]] + jnp.einsum("jab,jb->ja", Ro_all, T["jchild"][:J])
         # microwave door: hinge at the door body's origin; door frame = owner yaw, turned by q about the joint's axis
         # (+-z); the door runs from the hinge along its frame's x toward the bar
-        hinge = pos[o] + Ro @ T["jchild"][jj]
+        hinge = hinge_all[jj]
         psi_o = _yaw_of(Ro)
         hsgn = T["jaxis"][jj][2]
         along_d = jnp.array([jnp.sign(T["jbar"][jj][0]), 0.0, 0.0])
@@ -680,14 +680,15 @@ def make_oracle(scene: Scene, noise: bool = True):
         # first move from near it (other than the door's own jobs) rises over it first (traced: libero_10 mug into
         # the microwave: the first move toward the mug swept the fingers across the door's top and shut it, q -1.55
         # -> -0.3, knocking the mug off the table in 6 of 20)
-        d_ang = jax.vmap(_yaw_of)(Ro_all) + T["jaxis"][:J, 2] * q[:J]
-        d_end = hinge_all + jnp.stack([jnp.cos(d_ang), jnp.sin(d_ang), jnp.zeros(J)], 1) * (T["jbar"][:J, :1] + 0.035)
+        d_ang = jax.vmap(_yaw_of)(Ro_all) + T["jaxis"][:, 2] * q
+        d_len = T["jbar"][:, :1] + 0.035 * jnp.sign(T["jbar"][:, :1])  # hinge to the door's free edge
+        d_end = hinge_all + jnp.stack([jnp.cos(d_ang), jnp.sin(d_ang), jnp.zeros(J)], 1) * d_len
         seg = d_end[:, :2] - hinge_all[:, :2]
         s_t = jnp.clip(jnp.sum((ee[None, :2] - hinge_all[:, :2]) * seg, 1) / jnp.maximum(jnp.sum(seg * seg, 1), 1e-9),
                        0.0, 1.0)
         d_door = jnp.linalg.norm(hinge_all[:, :2] + s_t[:, None] * seg - ee[None, :2], axis=1)
-        door_top = pos[T["jowner"][:J], 2] + T["jtop"][:J]
-        by_door = (T["jkind"][:J] == JK_DOOR) & (d_door < 0.08) & (ee[2] < door_top + 0.03)
+        door_top = pos[T["jowner"], 2] + T["jtop"]
+        by_door = (T["jkind"] == JK_DOOR) & (d_door < 0.08) & (ee[2] < door_top + 0.03)
         rise = (ph == 0) & (job != J_MOPEN) & (job != J_MCLOSE) & by_door.any()
         tpos = jnp.where(rise, jnp.array([ee[0], ee[1], jnp.max(jnp.where(by_door, door_top, 0.0)) + 0.10]), tpos)
         tR = jnp.stack([jnp.stack([jnp.asarray(r, jnp.float32) for r in (s_["R"] + [s_["R"][-1]] * (P_MAX - len(s_["R"])))])[
