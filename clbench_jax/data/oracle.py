@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from clbench_jax.sim import assets, control, env, rollout
-from clbench_jax.sim.predicates import PRED, _joint_test, eval_rows, quat_to_mat
+from clbench_jax.sim.predicates import PRED, _joint_test, eval_rows, quat_to_mat, site_contains
 from clbench_jax.sim.scene import Scene
 
 # Jobs.
@@ -385,8 +385,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         # drawer's front panel (2-3 cm from a bowl's rim) and pushed the drawer shut while descending (traced:
         # libero_spatial bowl in the top drawer, q -0.16 -> -0.04 in every episode)
         if S:
-            half_s = jnp.abs(jnp.einsum("sij,sj->si", view.site_mat, view.site_size)) + jnp.array([0.0, 0.0, 0.01])
-            in_site = T["s_drawer"] & jnp.all(jnp.abs(pos[a_ent][None] - view.site_pos) < half_s, axis=1)
+            in_site = T["s_drawer"] & site_contains(view.site_pos, view.site_mat, view.site_size, pos[a_ent])
             k_dr = jnp.argmax(in_site)
             f_dr = view.site_mat[k_dr] @ T["s_front"][k_dr]
             along_slide = jnp.where(in_site.any(), jnp.abs(u @ f_dr[:2]), 0.0)

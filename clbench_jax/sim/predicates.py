@@ -146,6 +146,14 @@ def _joint_test(op, thr, q):
     return jnp.select([op == 1, op == 2, op == 3, op == 4], [q < thr, q > thr, q >= thr, q <= thr], False)
 
 
+def site_contains(site_pos, site_mat, site_size, p) -> jnp.ndarray:
+    """LIBERO's In test of a point p (a body origin) against box sites, broadcasting over leading axes: strictly
+    inside the site's world box (half = |R size|), its lower z bound lowered by IN_Z_SLACK."""
+    half = jnp.abs(jnp.einsum("...ij,...j->...i", site_mat, site_size))
+    lb = (site_pos - half).at[..., 2].add(-IN_Z_SLACK)
+    return jnp.all((p > lb) & (p < site_pos + half), axis=-1)
+
+
 def eval_rows(view: SimView, table: GoalTable, tests: JointTests) -> jnp.ndarray:
     """(G,) bool: the truth of every row of `table` in the world `view`."""
     E = view.body_pos.shape[0]
@@ -169,9 +177,7 @@ def eval_rows(view: SimView, table: GoalTable, tests: JointTests) -> jnp.ndarray
                & jnp.all(jnp.abs(d[:, :2]) < size[:, :2], axis=-1) & parent_contact)
     on = jnp.where(b_is_site, on_site, on_obj)
 
-    half = jnp.abs(jnp.einsum("gij,gj->gi", R, size))
-    lb = (ps - half).at[:, 2].add(-IN_Z_SLACK)
-    inside = b_is_site & jnp.all((pa > lb) & (pa < ps + half), axis=-1)
+    inside = b_is_site & site_contains(ps, R, size, pa)
 
     up = pa[:, 2] >= UP_HEIGHT
 
