@@ -52,3 +52,9 @@ def init_states_path(suite: str, name: str) -> Path:
     if not path.is_file():
         raise UnknownTaskError("no init-states file for this task", file=str(path), task=f"{suite}/{name}")
     return path
+
+
+def cache_dir() -> Path:
+    """Where derived data is cached (LIBERO scene captures, compiled controllers, encoder outputs):
+    $CLBENCH_CACHE, else ~/.cache/clbench_jax."""
+    return Path(os.environ.get("CLBENCH_CACHE", Path.home() / ".cache" / "clbench_jax"))

@@ -1,26 +1,73 @@
-"""The `native` backend: MuJoCo C, many worlds stepped on threads with `mujoco.rollout`.
+"""The `native` backend: MuJoCo C, many worlds stepped on threads with `mujoco.rollout`, robosuite's OSC at every
+physics substep.
 
 A world's state is MuJoCo's full physics state (time, qpos, qvel, act, ...) plus its mocap poses (the fixtures'
-placement). Each control step sends the controls and mocap poses of all worlds to one threaded rollout of
-`n_substeps` physics steps and reads back the last substep's state and sensor readings.
+placement). Each 20 Hz control step sends, for every world and every one of its 25 substeps, the gripper servos'
+controls (robosuite's PandaGripper ramps them by 0.01 per substep), the fixture poses and the OSC goal in
+mjData.userdata; MuJoCo calls the OSC torque law (`native_osc.c`, installed once per process as mjcb_control)
+before each substep's actuation, as robosuite's Python loop does, and the rollout returns the last substep's
+state and sensor readings. The C law is tested against robosuite's own controller (tests/test_libero_scene.py).
 """
 
 from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import mujoco
 import mujoco.rollout
 import numpy as np
 
+from clbench_jax.errors import ClbenchError
+from clbench_jax.paths import cache_dir
+
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
 CONTROL_SPEC = (mujoco.mjtState.mjSTATE_CTRL | mujoco.mjtState.mjSTATE_MOCAP_POS
-                | mujoco.mjtState.mjSTATE_MOCAP_QUAT)
+                | mujoco.mjtState.mjSTATE_MOCAP_QUAT | mujoco.mjtState.mjSTATE_USERDATA)
+_SOURCE = Path(__file__).with_name("native_osc.c")
+_LIB = None
+
+
+def install_controller() -> None:
+    """Compile native_osc.c once per MuJoCo version (cached) and install it as MuJoCo's control callback."""
+    global _LIB
+    if _LIB is not None:
+        return
+    mj_dir = Path(mujoco.__file__).parent
+    libs = sorted(mj_dir.glob("libmujoco.so*")) + sorted(mj_dir.glob("libmujoco*.dylib"))
+    if not libs:
+        raise ClbenchError("the mujoco package ships no libmujoco shared library", file=str(mj_dir))
+    src = _SOURCE.read_bytes()
+    tag = hashlib.sha256(src + mujoco.__version__.encode() + str(libs[0]).encode()).hexdigest()[:12]
+    out = cache_dir() / "native_osc" / f"native_osc-{tag}.so"
+    if not out.is_file():
+        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if cc is None:
+            raise ClbenchError("the native backend compiles its 150-line C controller once, and no C compiler "
+                               "was found: install one (apt-get install gcc) or set $CC", field="CC")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
+        cmd = [cc, "-O2", "-shared", "-fPIC", f"-I{mj_dir / 'include'}", str(_SOURCE), "-o", str(tmp),
+               f"-L{mj_dir}", f"-l:{libs[0].name}", f"-Wl,-rpath,{mj_dir}", "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ClbenchError(f"compiling the native OSC controller failed: {proc.stderr.strip()[:2000]}",
+                               file=str(_SOURCE))
+        os.replace(tmp, out)
+    lib = ctypes.CDLL(str(out))
+    mujoco.set_mjcb_control(lib.clbench_osc)
+    _LIB = lib
 
 
 class NativeWorlds:
     """`nworld` copies of a model stepped together. Not a pytree: host state, one per batch."""
 
     def __init__(self, model: mujoco.MjModel, nworld: int, n_substeps: int, nthread: int | None = None):
-        import os
+        install_controller()
         self.m, self.n, self.nsub = model, nworld, n_substeps
         self.nthread = nthread or min(os.cpu_count() or 1, nworld)
         self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
@@ -32,7 +79,7 @@ class NativeWorlds:
         self._out_sens = np.zeros((nworld, n_substeps, model.nsensordata))
         self.sensordata = np.zeros((nworld, model.nsensordata))
         self._models = [model] * nworld
-        self._control = np.zeros((nworld, n_substeps, model.nu + 7 * model.nmocap))
+        self._control = np.zeros((nworld, n_substeps, mujoco.mj_stateSize(model, CONTROL_SPEC)))
 
     def close(self):
         if self._rollout is not None:
@@ -58,14 +105,19 @@ class NativeWorlds:
             self.sensordata[i] = d.sensordata
         return self.sensordata
 
-    def step(self, ctrl: np.ndarray, active: np.ndarray | None = None) -> np.ndarray:
-        """Hold `ctrl` (n, nu) for n_substeps physics steps in every world, or only in the worlds where `active`
-        (n,) is true (the others keep their state: finished episodes cost nothing); returns sensordata (n, ns)."""
+    def step(self, ctrl: np.ndarray, userdata: np.ndarray | None = None, active: np.ndarray | None = None
+             ) -> np.ndarray:
+        """Run n_substeps physics steps in every world (or only where `active` (n,) is true: the others keep their
+        state, so finished episodes cost nothing). `ctrl` is (n, nu) held for every substep or (n, nsub, nu) per
+        substep; `userdata` (n, nuserdata) is held (the OSC goal). Returns sensordata (n, ns)."""
         c = self._control
-        nu, nm = self.m.nu, self.m.nmocap
-        c[:, :, :nu] = np.asarray(ctrl, np.float64).reshape(self.n, 1, nu)
+        nu, nm, nud = self.m.nu, self.m.nmocap, self.m.nuserdata
+        ctrl = np.asarray(ctrl, np.float64)
+        c[:, :, :nu] = ctrl.reshape(self.n, 1, nu) if ctrl.ndim == 2 else ctrl
         c[:, :, nu:nu + 3 * nm] = self.mocap[:, None, :, :3].reshape(self.n, 1, -1)
-        c[:, :, nu + 3 * nm:] = self.mocap[:, None, :, 3:].reshape(self.n, 1, -1)
+        c[:, :, nu + 3 * nm:nu + 7 * nm] = self.mocap[:, None, :, 3:].reshape(self.n, 1, -1)
+        if nud:
+            c[:, :, nu + 7 * nm:] = 0.0 if userdata is None else np.asarray(userdata)[:, None, :]
         idx = np.arange(self.n) if active is None else np.flatnonzero(active)
         if idx.size == 0:
             return self.sensordata
@@ -86,6 +138,10 @@ class NativeWorlds:
         """(n,) max |qvel| per world, for blow-up detection."""
         nq = self.m.nq
         return np.abs(self.state[:, 1 + nq:1 + nq + self.m.nv]).max(axis=1)
+
+    def qpos(self) -> np.ndarray:
+        """(n, nq) the worlds' exact current qpos (sensordata is read before a substep's integration)."""
+        return state_to_qpos(self.m, self.state)
 
 
 def state_to_qpos(m: mujoco.MjModel, state: np.ndarray) -> np.ndarray:
