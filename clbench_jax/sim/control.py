@@ -132,8 +132,8 @@ def osc_torques(mass, jac, bias, q, qd, ee_pos, ee_mat, ee_vel, goal_pos, goal_o
     return jac.T @ wrench + bias + null.T @ pose
 
 
-def userdata(rm: robot.RobotModel, goal_pos, goal_ori, q0) -> jnp.ndarray:
-    """(NUSERDATA,) the native controller's per-world slots (robot.U_* layout; native_osc.c reads them)."""
+def userdata_static(rm: robot.RobotModel) -> np.ndarray:
+    """(NUSERDATA,) the native controller's per-model slots (robot.U_* layout; native_osc.c reads them)."""
     static = np.zeros(robot.NUSERDATA)
     static[robot.U_MAGIC] = robot.USERDATA_MAGIC
     static[robot.U_SITE] = rm.grip_site
@@ -141,6 +141,11 @@ def userdata(rm: robot.RobotModel, goal_pos, goal_ori, q0) -> jnp.ndarray:
     static[robot.U_QPOS:robot.U_QPOS + 7] = rm.arm_qpos
     static[robot.U_ACT:robot.U_ACT + 7] = rm.arm_act
     static[robot.U_KP], static[robot.U_KD], static[robot.U_NULL_KP] = KP, KD, NULL_KP
+    return static
+
+
+def userdata(static, goal_pos, goal_ori, q0) -> jnp.ndarray:
+    """(NUSERDATA,) one world's userdata: the static slots with its goal and null-space target."""
     u = jnp.asarray(static, goal_pos.dtype)
     u = u.at[robot.U_GOAL_POS:robot.U_GOAL_POS + 3].set(goal_pos)
     u = u.at[robot.U_GOAL_ORI:robot.U_GOAL_ORI + 9].set(goal_ori.reshape(9))
@@ -156,11 +161,11 @@ def proprio(chain: robot.Chain, q_arm, q_fingers):
             "ee_ori": ori, "ee_mat": r, "ee_states": jnp.concatenate([p, ori])}
 
 
-def command(rm: robot.RobotModel, state: OscState, q_arm, q_fingers, action, n_substeps: int):
-    """One world's 20 Hz action -> (gripper ctrl (n_substeps, 2), userdata (NUSERDATA,), goal_pos, new state)."""
-    p, r = robot.fk(rm.chain, q_arm)
-    goal_pos, state = set_goal(state, p, r, action)
-    g_ctrl, state = gripper_ctrl(state, jnp.asarray(action)[6], jnp.asarray(rm.gripper_ctrlrange, p.dtype),
+def command(ud_static, gripper_range, state: OscState, ee_pos, ee_mat, action, n_substeps: int):
+    """One world's 20 Hz action, from the end-effector pose at its first substep -> (gripper ctrl (n_substeps, 2),
+    userdata (NUSERDATA,), goal_pos, new state)."""
+    goal_pos, state = set_goal(state, ee_pos, ee_mat, action)
+    g_ctrl, state = gripper_ctrl(state, jnp.asarray(action)[6], jnp.asarray(gripper_range, ee_pos.dtype),
                                  n_substeps)
-    return g_ctrl, userdata(rm, goal_pos, state.goal_ori, state.q0), goal_pos, state
+    return g_ctrl, userdata(ud_static, goal_pos, state.goal_ori, state.q0), goal_pos, state
 

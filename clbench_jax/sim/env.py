@@ -7,15 +7,19 @@ success predicates, observations, episode records -- is computed here from those
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 from flax import struct
 
-from clbench_jax.errors import UnknownPredicateError
-from clbench_jax.sim import assets, control
+from clbench_jax.errors import MissingEntityError, UnknownPredicateError
+from clbench_jax.sim import control, entities, libero_source, robot
 from clbench_jax.sim.predicates import OPS, GoalTable, JointTests, SimView, compile_goal, goal_holds, quat_to_mat
-from clbench_jax.sim.scene import GOAL_ROWS, INIT_ROWS, MAX_TOKEN_JOINTS, TOKEN_DIM, TOKEN_SHAPES, Scene, region_box
+from clbench_jax.sim.scene import (ARENA_CATEGORIES, GOAL_ROWS, INIT_ROWS, MAX_TOKEN_JOINTS, TOKEN_DIM, TOKEN_SHAPES,
+                                   Scene)
 from clbench_jax.tasks.spec import TaskSpec
 
 
@@ -46,6 +50,9 @@ class SceneConsts:
     pairs: jnp.ndarray  # (P, 2)
     joint_tests: JointTests
     robot_base: jnp.ndarray  # (3,)
+    chain: robot.Chain = struct.field(pytree_node=False)  # world -> grip site (static: folded by XLA)
+    ud_static: jnp.ndarray  # (NUSERDATA,) the native controller's per-model userdata slots
+    gripper_range: jnp.ndarray  # (2, 2) the finger servos' ctrlrange
     token_static: jnp.ndarray  # (E, 3 + 3 + TOKEN_SHAPES) size, colour, shape one-hot
     token_joints: jnp.ndarray  # (E, MAX_TOKEN_JOINTS) joint index per entity, -1 for none
 
@@ -54,29 +61,35 @@ def scene_consts(scene: Scene) -> SceneConsts:
     m, sm = scene.model, scene.sensors
     E = len(scene.entities)
     body_site_size = np.array([m.site_size[m.site(n).id] for n in scene.body_sites]).reshape(-1, 3)
+    parents = {}
+    for src in scene.sources:
+        parents.update({n: v["parent"] for n, v in src.sites.items()})
     site_parent = np.full(len(scene.layout.sites), -1, np.int32)
     for i, n in enumerate(scene.body_sites):
-        owner = max((e for e in scene.entities if n.startswith(e + "_")), key=len)
-        site_parent[i] = scene.entities.index(owner)
+        site_parent[i] = scene.entities.index(parents[n])
     J = len(scene.joints)
     op, thr = np.zeros((4, J), np.int32), np.zeros((4, J), np.float32)
-    for j, jn in enumerate(scene.joints):
-        owner = max((e for e in scene.entities if jn.startswith(e + "_")), key=len)
-        art = assets.standin(scene.categories[owner]).articulation
-        if art is None:
-            continue
-        for k, test in enumerate((art.open_test, art.close_test, art.turnon_test, art.turnoff_test)):
-            if test is not None:
-                op[k, j], thr[k, j] = OPS[test[0]], test[1]
+    for name in scene.entities:
+        tests = entities.joint_tests(scene.info[name].cls, scene.info[name].articulation)
+        for jn in scene.info[name].joints:
+            if jn not in scene.joints:
+                continue
+            for k, pred in enumerate(entities.PREDICATES):
+                if pred in tests:
+                    op[k, scene.joints.index(jn)], thr[k, scene.joints.index(jn)] = OPS[tests[pred][0]], tests[pred][1]
+    d = mujoco.MjData(m)
+    mujoco.mj_kinematics(m, d)
     static = np.zeros((E, 3 + 3 + TOKEN_SHAPES), np.float32)
     tj = np.full((E, MAX_TOKEN_JOINTS), -1, np.int32)
     for e, name in enumerate(scene.entities):
-        s = assets.standin(scene.categories[name])
-        static[e, :3] = s.size
-        static[e, 3:6] = s.rgba[:3]
-        static[e, 6 + min(s.shape_class, TOKEN_SHAPES - 1)] = 1.0
-        own = [j for j, jn in enumerate(scene.joints) if jn.startswith(name + "_")][:MAX_TOKEN_JOINTS]
+        root = m.body(scene.info[name].root_body).id
+        lo, hi = entities.extents(m, d, root)
+        static[e, :3] = hi - lo
+        static[e, 3:6] = entities.mean_colour(m, root)
+        static[e, 6 + min(entities.shape_class(scene.info[name].category), TOKEN_SHAPES - 1)] = 1.0
+        own = [scene.joints.index(j) for j in scene.info[name].joints if j in scene.joints][:MAX_TOKEN_JOINTS]
         tj[e, :len(own)] = own
+    rm = scene.robot
     return SceneConsts(
         sens_arm_q=jnp.asarray(sm.arm_q), sens_finger_q=jnp.asarray(sm.finger_q),
         sens_entity_pos=jnp.asarray(sm.entity_pos), sens_entity_quat=jnp.asarray(sm.entity_quat),
@@ -84,8 +97,9 @@ def scene_consts(scene: Scene) -> SceneConsts:
         sens_joint_q=jnp.asarray(sm.joint_q), body_site_size=jnp.asarray(body_site_size, jnp.float32),
         site_parent=jnp.asarray(site_parent), pairs=jnp.asarray(scene.pairs),
         joint_tests=JointTests(op=jnp.asarray(op), thr=jnp.asarray(thr)),
-        robot_base=jnp.asarray(scene.arena.robot_base, jnp.float32), token_static=jnp.asarray(static),
-        token_joints=jnp.asarray(tj))
+        robot_base=jnp.asarray(rm.base_pos, jnp.float32), chain=rm.chain,
+        ud_static=jnp.asarray(control.userdata_static(rm), jnp.float32),
+        gripper_range=jnp.asarray(rm.gripper_ctrlrange, jnp.float32), token_static=jnp.asarray(static), token_joints=jnp.asarray(tj))
 
 
 def task_arrays(scene: Scene, task: TaskSpec, goal_atoms=None) -> TaskArrays:
@@ -93,20 +107,43 @@ def task_arrays(scene: Scene, task: TaskSpec, goal_atoms=None) -> TaskArrays:
     present = np.array([e in task.objects or e in task.fixtures for e in scene.entities])
     R = len(scene.table_regions)
     rpos, rsize = np.zeros((R, 3), np.float32), np.zeros((R, 3), np.float32)
+    boxes = table_region_boxes(scene, task)
     for i, r in enumerate(scene.table_regions):
-        if r in task.regions:
-            p, h = region_box(task.regions[r], scene.arena.surface_z)
-            rpos[i], rsize[i] = p, h
+        if r in boxes:
+            rpos[i], rsize[i] = boxes[r]
     goal = compile_goal(scene.layout, task.goal if goal_atoms is None else goal_atoms, GOAL_ROWS,
                         task=task.name, file=task.file)
     init_atoms = [a for a in task.init if a.pred in ("on", "in", "open", "close", "turnon", "turnoff", "up")
                   and not (a.pred == "on" and a.args[1] in task.fixtures
-                           and task.fixtures[a.args[1]] in assets.ARENA_CATEGORIES)]
+                           and task.fixtures[a.args[1]] in ARENA_CATEGORIES)]
     init = compile_goal(scene.layout, init_atoms, max(INIT_ROWS, len(init_atoms)), task=task.name, file=task.file)
     if init.pred.shape[0] > INIT_ROWS:
         raise UnknownPredicateError(f"task has {len(init_atoms)} init atoms, more than {INIT_ROWS}",
                                     file=task.file, task=task.name, field=":init")
     return TaskArrays(present=present, region_pos=rpos, region_size=rsize, goal=goal, init=init)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_source(xml: str) -> mujoco.MjModel:
+    return mujoco.MjModel.from_xml_string(libero_source.resolve_paths(xml))
+
+
+def table_region_boxes(scene: Scene, task: TaskSpec) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The task's table regions as LIBERO's model of the task places them: name -> (world centre, half sizes).
+    (LIBERO turns each BDDL :ranges box into an axis-aligned site on the arena.)"""
+    m = _compiled_source(scene.task_source(task).xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_kinematics(m, d)
+    out = {}
+    for r in scene.table_regions:
+        if r not in task.regions:
+            continue
+        sid = m.site(r).id
+        if not np.allclose(d.site_xmat[sid], np.eye(3).ravel()):
+            raise MissingEntityError("a table region site is rotated (expected axis-aligned)", file=task.file,
+                                     task=task.name, token=r)
+        out[r] = (d.site_xpos[sid].copy(), m.site_size[sid].copy())
+    return out
 
 
 def stack(trees):
@@ -146,8 +183,9 @@ def goals_hold(c: SceneConsts, sensordata, found, task: TaskArrays, goals: GoalT
     return jax.vmap(lambda g: goal_holds(view, g, c.joint_tests))(goals)
 
 
-def proprio(c: SceneConsts, sensordata) -> dict:
-    return control.proprio(sensordata[c.sens_arm_q], sensordata[c.sens_finger_q], c.robot_base)
+def proprio(c: SceneConsts, robot_q) -> dict:
+    """LIBERO's proprio keys from the robot's exact joint positions (9,): 7 arm joints, 2 fingers."""
+    return control.proprio(c.chain, robot_q[:7], robot_q[7:9])
 
 
 def object_tokens(c: SceneConsts, sensordata, task: TaskArrays, key) -> tuple[jnp.ndarray, jnp.ndarray]:

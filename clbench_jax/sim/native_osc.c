@@ -11,7 +11,7 @@
 
 enum { U_MAGIC = 0, U_SITE = 1, U_DOF = 2, U_QPOS = 9, U_ACT = 16, U_GOAL_POS = 23, U_GOAL_ORI = 26,
        U_QINIT = 35, U_KP = 42, U_KD = 43, U_NULL_KP = 44, NUSERDATA = 45 };
-#define MAGIC 20241201.0
+#define MAGIC 1234567.0
 #define N 7
 
 /* Inverse of a symmetric positive-definite n x n matrix (n <= 7) by Cholesky; falls back to zero on failure. */

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import mujoco
 import numpy as np
-from flax import struct
 
 ARM_JOINTS = tuple(f"robot0_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("gripper0_finger_joint1", "gripper0_finger_joint2")
@@ -25,24 +24,37 @@ FINGER_BODIES = ("gripper0_leftfinger", "gripper0_rightfinger")  # subtrees: fin
 BASE_BODY = "robot0_base"
 EYE_IN_HAND = "robot0_eye_in_hand"
 
+CONTROL_DT = 0.05  # LIBERO's control_freq 20 Hz
+
+
+def substeps(m: mujoco.MjModel) -> int:
+    """Physics steps per 20 Hz action (LIBERO: 0.05 / 0.002 = 25)."""
+    return int(round(CONTROL_DT / m.opt.timestep))
+
+
 # Per-world slots of mjData.userdata read by the native OSC controller (native_osc.c; keep the two in step).
 U_MAGIC, U_SITE, U_DOF, U_QPOS, U_ACT, U_GOAL_POS, U_GOAL_ORI, U_QINIT, U_KP, U_KD, U_NULL_KP = (
     0, 1, 2, 9, 16, 23, 26, 35, 42, 43, 44)
 NUSERDATA = 45
-USERDATA_MAGIC = 20241201.0
+USERDATA_MAGIC = 1234567.0  # exact in float32
 
 
-@struct.dataclass
+@dataclass(frozen=True)
 class Chain:
-    """The kinematic chain world -> grip site as arrays (one row per body on the path; jnp pytree)."""
+    """The kinematic chain world -> grip site, one row per body on the path. Hashable and static: `fk` sees these
+    numbers as constants (XLA folds them; traced, the chain's many tiny ops ran ~1000x slower on CPU)."""
 
-    body_pos: jnp.ndarray  # (B, 3) body offsets in the parent frame
-    body_quat: jnp.ndarray  # (B, 4)
-    joint: tuple = struct.field(pytree_node=False)  # (B,) arm joint index 0..6 of the body's hinge, -1: none
-    jnt_pos: jnp.ndarray  # (B, 3) hinge anchor in the body frame
-    jnt_axis: jnp.ndarray  # (B, 3) hinge axis in the body frame
-    site_pos: jnp.ndarray  # (3,) grip site in the last body's frame
-    site_quat: jnp.ndarray  # (4,)
+    body_pos: tuple  # (B,) (x, y, z) body offsets in the parent frame
+    body_mat: tuple  # (B,) 9-tuples: body rotations in the parent frame (row-major)
+    joint: tuple  # (B,) arm joint index 0..6 of the body's hinge, -1: none
+    jnt_pos: tuple  # (B,) hinge anchors in the body frame
+    jnt_axis: tuple  # (B,) hinge axes in the body frame
+    site_pos: tuple  # grip site in the last body's frame
+    site_mat: tuple
+
+
+def _tup(a) -> tuple:
+    return tuple(tuple(float(v) for v in np.ravel(r)) for r in a)
 
 
 @dataclass(frozen=True)
@@ -81,9 +93,14 @@ class RobotModel:
                     raise ValueError(f"unexpected joints on the arm chain body {m.body(body).name}")
                 joint[k] = jid.index(hinges[0])
                 jpos[k], jaxis[k] = m.jnt_pos[hinges[0]], m.jnt_axis[hinges[0]]
-        chain = Chain(body_pos=jnp.asarray(m.body_pos[path]), body_quat=jnp.asarray(m.body_quat[path]),
-                      joint=tuple(int(j) for j in joint), jnt_pos=jnp.asarray(jpos), jnt_axis=jnp.asarray(jaxis),
-                      site_pos=jnp.asarray(m.site_pos[site]), site_quat=jnp.asarray(m.site_quat[site]))
+        mats = np.zeros((len(path), 9))
+        for k, body in enumerate(path):
+            mujoco.mju_quat2Mat(mats[k], m.body_quat[body])
+        site_mat = np.zeros(9)
+        mujoco.mju_quat2Mat(site_mat, m.site_quat[site])
+        chain = Chain(body_pos=_tup(m.body_pos[path]), body_mat=_tup(mats), joint=tuple(int(j) for j in joint),
+                      jnt_pos=_tup(jpos), jnt_axis=_tup(jaxis), site_pos=tuple(map(float, m.site_pos[site])),
+                      site_mat=tuple(map(float, site_mat)))
         gact = np.array([m.actuator(n).id for n in GRIPPER_ACTUATORS])
         return cls(arm_qpos=m.jnt_qposadr[jid], arm_dof=m.jnt_dofadr[jid], finger_qpos=m.jnt_qposadr[fid],
                    finger_dof=m.jnt_dofadr[fid], arm_act=np.array([m.actuator(n).id for n in ARM_ACTUATORS]),
@@ -92,44 +109,22 @@ class RobotModel:
                    init_qpos=np.asarray(source.robot_init_qpos), init_noise=source.robot_init_noise)
 
 
-def quat_mul(a, b):
-    """Hamilton product of (w, x, y, z) quaternions."""
-    aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
-    bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
-    return jnp.stack([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
-                      aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], -1)
-
-
-def quat_to_mat(q):
-    """Unit quaternion (w, x, y, z) -> rotation matrix (normalised first)."""
-    q = q / jnp.linalg.norm(q)
-    w, x, y, z = q[0], q[1], q[2], q[3]
-    return jnp.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])
-
-
-def _axis_quat(axis, angle):
-    h = 0.5 * angle
-    return jnp.concatenate([jnp.cos(h)[None], jnp.sin(h) * axis])
-
-
 def fk(chain: Chain, q7):
-    """Grip-site world position (3,) and rotation matrix (3, 3) for arm angles `q7` (MuJoCo's kinematics on
-    the chain: body offset, then the hinge's rotation about its anchor)."""
+    """Grip-site world position (3,) and rotation matrix (3, 3) for arm angles `q7` (MuJoCo's kinematics on the
+    chain: body offset and rotation, then the hinge's rotation about its anchor)."""
     q7 = jnp.asarray(q7)
     dt = q7.dtype
     pos = jnp.zeros(3, dt)
-    quat = jnp.array([1.0, 0.0, 0.0, 0.0], dt)
-    for k in range(chain.body_pos.shape[0]):
-        pos = pos + quat_to_mat(quat) @ chain.body_pos[k].astype(dt)
-        quat = quat_mul(quat, chain.body_quat[k].astype(dt))
+    rot = jnp.eye(3, dtype=dt)
+    for k in range(len(chain.body_pos)):
+        pos = pos + rot @ np.asarray(chain.body_pos[k], dt)
+        rot = rot @ np.asarray(chain.body_mat[k], dt).reshape(3, 3)
         j = chain.joint[k]
         if j >= 0:
-            anchor = pos + quat_to_mat(quat) @ chain.jnt_pos[k].astype(dt)
-            quat = quat_mul(quat, _axis_quat(chain.jnt_axis[k].astype(dt), q7[j]))
-            pos = anchor - quat_to_mat(quat) @ chain.jnt_pos[k].astype(dt)
-    r = quat_to_mat(quat)
-    return pos + r @ chain.site_pos.astype(dt), r @ quat_to_mat(chain.site_quat.astype(dt))
+            a = np.asarray(chain.jnt_axis[k], dt)
+            kx = np.array([[0.0, -a[2], a[1]], [a[2], 0.0, -a[0]], [-a[1], a[0], 0.0]], dt)
+            rj = np.eye(3, dtype=dt) + jnp.sin(q7[j]) * kx + (1.0 - jnp.cos(q7[j])) * (kx @ kx)
+            anchor = np.asarray(chain.jnt_pos[k], dt)
+            pos = pos + rot @ anchor - (rot @ rj) @ anchor
+            rot = rot @ rj
+    return pos + rot @ np.asarray(chain.site_pos, dt), rot @ np.asarray(chain.site_mat, dt).reshape(3, 3)

@@ -6,9 +6,11 @@ A batch of N episodes: world i runs task `task_ids[i]` from initial state i, und
 stack of K goal tables: K = 1 for a task's own goal, more for contrasts), with policy noise from `keys[i]`.
 Goal 0 is the episode's goal: episodes stop once it holds, as in LIBERO (unless `stop_at_success=False`).
 
-Per control step the pure, jitted `advance` function reads every world's sensors, updates the records, asks the
-policy for actions and turns them into actuator controls; the backend then steps the physics. On `native` the
-physics step is a threaded MuJoCo rollout on the host; on `mjx` the whole episode is one `jax.lax.while_loop`.
+Per control step the pure, jitted `advance` function reads every world's sensors and exact robot joints, updates
+the records, asks the policy for actions and turns them into robosuite's controller commands (the OSC goal and the
+gripper servos' per-substep controls, `control.command`); the backend then steps the physics, recomputing the OSC
+torques at every substep. On `native` the physics step is a threaded MuJoCo rollout on the host; on `mjx` the
+whole episode is one `jax.lax.while_loop`.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class Carry:
     key: jnp.ndarray  # (N, 2)
     ee0: jnp.ndarray  # (N, 3)
     finger0: jnp.ndarray  # (N, 2)
-    qref: jnp.ndarray  # (N, 7) commanded arm pose (the controller integrates it; see control.action_to_ctrl)
+    osc: control.OscState  # (N, ...) robosuite's controller state per world
     trace: Any  # None, or per-step arrays (N, steps + 1, ...) when tracing
     t: jnp.ndarray  # scalar int32: control steps run (warm-up included)
 
@@ -77,6 +79,7 @@ class EpisodeBatch:
     mocap: np.ndarray  # (N, nmocap, 7)
     keys: np.ndarray  # (N, 2) uint32
     active: np.ndarray | None = None  # (N,) bool; False: a padding row, done from the start (never run or recorded)
+    q0: np.ndarray | None = None  # (N, 7) the controller's reset joints (InitBank.q0); None: init_qpos, no noise
 
 
 def random_policy(scale: float = 1.0) -> tuple[PolicyFn, Any]:
@@ -117,25 +120,28 @@ def _init_records(n: int, k: int) -> Records:
 
 
 def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int, stop_at_success: bool,
-                 with_images: bool = False):
+                 n_substeps: int, with_images: bool = False):
     """The per-control-step function shared by every backend:
-    (carry, tasks, goals, sensordata (N, ns), found (N, P), bad (N,), images) -> (carry, ctrl (N, nu)).
+    (carry, tasks, goals, sensordata (N, ns), found (N, P), robot_q (N, 9), bad (N,), images)
+        -> (carry, gripper ctrl (N, n_substeps, 2), controller userdata (N, NUSERDATA)).
 
-    The policy sees LIBERO's proprio keys, object tokens (and images), and -- for scripted experts only -- the
-    privileged `sensordata`, `found`, `goals` and `tasks` of its world (a learned policy must not read them)."""
+    `robot_q` are the exact arm and finger joints now (sensor readings come from the last substep's forward pass,
+    as robosuite's body positions do). The policy sees LIBERO's proprio keys, object tokens (and images), and --
+    for scripted experts only -- the privileged `sensordata`, `found`, `goals` and `tasks` of its world (a
+    learned policy must not read them)."""
     dummy = jnp.zeros(7).at[6].set(-1.0)
 
-    def advance(carry: Carry, tasks: env.TaskArrays, goals: GoalTable, sens, found, bad, images=None):
+    def advance(carry: Carry, tasks: env.TaskArrays, goals: GoalTable, sens, found, robot_q, bad, images=None):
         rec, t = carry.rec, carry.t
         holds = jax.vmap(lambda s, f, ta, g: env.goals_hold(c, s, f, ta, g))(sens, found, tasks, goals)  # (N, K)
-        prop = jax.vmap(lambda s: env.proprio(c, s))(sens)
-        fingers = sens[:, c.sens_finger_q]
+        prop = jax.vmap(lambda q: env.proprio(c, q))(robot_q)
+        fingers = robot_q[:, 7:9]
         at_reset = t == warmup
         ee0 = jnp.where(at_reset, prop["ee_pos"], carry.ee0)
         finger0 = jnp.where(at_reset, fingers, carry.finger0)
         live = ~rec.done & (t > warmup)  # worlds whose step just ran under the policy
         step = t - warmup
-        bad_nan = ~jnp.all(jnp.isfinite(sens), axis=1)
+        bad_nan = ~(jnp.all(jnp.isfinite(sens), axis=1) & jnp.all(jnp.isfinite(robot_q), axis=1))
         failed = live & (bad | bad_nan)
         ok = live & ~failed
         new_succ = ok[:, None] & holds
@@ -166,22 +172,31 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
             obs["agentview_rgb"], obs["eye_in_hand_rgb"] = images[:, 0], images[:, 1]
         act, pstate = policy(obs, carry.pstate, sub)
         act = jnp.where((t < warmup) | rec.done[:, None], dummy, act)
-        qref = jnp.where(t == 0, prop["joint_states"], carry.qref)
-        ctrl = jax.vmap(lambda q, a, r: control.action_to_ctrl(q, a, c.robot_base, q_ref=r))(
-            prop["joint_states"], act, qref)
+        g_ctrl, udata, _, osc = jax.vmap(
+            lambda st, p, r, a: control.command(c.ud_static, c.gripper_range, st, p, r, a, n_substeps))(
+            carry.osc, prop["ee_pos"], prop["ee_mat"], act)
         trace = carry.trace
         if trace is not None:
             row = {"ee_pos": prop["ee_pos"], "entity_pos": sens[:, c.sens_entity_pos], "holds": holds,
                    "joint_q": sens[:, c.sens_joint_q], "fingers": fingers, "action": act}
             trace = {k: v.at[:, t].set(row[k]) for k, v in trace.items()}
-        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, qref=ctrl[:, :7],
-                              trace=trace, t=t + 1)
-        return carry, ctrl
+        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, osc=osc, trace=trace,
+                              t=t + 1)
+        return carry, g_ctrl, udata
 
     return advance
 
 
-def _new_carry(batch: EpisodeBatch, pstate0, k: int, c: env.SceneConsts | None = None,
+def initial_osc(scene: Scene, q0: np.ndarray | None, n: int) -> control.OscState:
+    """(N, ...) robosuite's controller as created at reset from the reset joints q0 (N, 7)."""
+    rm = scene.robot
+    q0 = np.broadcast_to(rm.init_qpos, (n, 7)) if q0 is None else np.asarray(q0)
+    _SCENES[id(scene)] = scene
+    fn = _cached(("osc0", id(scene)), lambda: jax.jit(jax.vmap(lambda q: control.reset_state(rm.chain, q))))
+    return fn(jnp.asarray(q0, jnp.float32))
+
+
+def _new_carry(scene: Scene, batch: EpisodeBatch, pstate0, k: int, c: env.SceneConsts | None = None,
                steps: int | None = None) -> Carry:
     """Fresh carry; with `c` and `steps`, per-step trace arrays for steps + 1 readings (reset included)."""
     n = batch.task_ids.shape[0]
@@ -195,8 +210,9 @@ def _new_carry(batch: EpisodeBatch, pstate0, k: int, c: env.SceneConsts | None =
     rec = _init_records(n, k)
     if batch.active is not None:
         rec = rec.replace(done=~jnp.asarray(batch.active, bool))
-    return Carry(rec=rec, pstate=pstate0, key=jnp.asarray(batch.keys),
-                 ee0=jnp.zeros((n, 3)), finger0=jnp.zeros((n, 2)), qref=jnp.zeros((n, 7)), trace=trace, t=jnp.asarray(0, jnp.int32))
+    return Carry(rec=rec, pstate=pstate0, key=jnp.asarray(batch.keys), ee0=jnp.zeros((n, 3)),
+                 finger0=jnp.zeros((n, 2)), osc=initial_osc(scene, batch.q0, n), trace=trace,
+                 t=jnp.asarray(0, jnp.int32))
 
 
 def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizon: int, *, backend: str = "native",
@@ -262,19 +278,23 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
     from clbench_jax.sim.native import NativeWorlds
 
     n = batch.task_ids.shape[0]
-    worlds = NativeWorlds(scene.model, n, robot.PHYSICS.substeps, nthread)
+    nsub = robot.substeps(scene.model)
+    rm = scene.robot
+    rq = np.concatenate([rm.arm_qpos, rm.finger_qpos])
+    worlds = NativeWorlds(scene.model, n, nsub, nthread)
     renderer = None
     with_images = obs_mode == "rgb"
     if with_images:
         from clbench_jax.sim.render import BatchRenderer
         renderer = BatchRenderer(scene.model, image_size)
     advance = _cached(("native", id(scene), policy, warmup, horizon, stop_at_success, with_images),
-                      lambda: jax.jit(make_advance(c, policy, warmup, horizon, stop_at_success, with_images)))
+                      lambda: jax.jit(make_advance(c, policy, warmup, horizon, stop_at_success, nsub, with_images)))
     pf = scene.sensors.pair_found
+    ctrl = np.zeros((n, nsub, scene.model.nu))
     try:
         sens = worlds.set_state(batch.state, batch.mocap)
         total = warmup + horizon
-        carry = _new_carry(batch, pstate0, goals.pred.shape[1], c, total if trace else None)
+        carry = _new_carry(scene, batch, pstate0, goals.pred.shape[1], c, total if trace else None)
         # Tracing on the host also keeps the full physics state each action was chosen in and the sensor readings
         # the policy saw (the demonstration collector records observations from them, images from the states).
         host = {"physics_state": np.zeros((n, total + 1, worlds.nstate)),
@@ -288,12 +308,13 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
                 host["physics_state"][:, step], host["sensordata"][:, step] = worlds.state, sens
             bad = worlds.qvel_max() > QVEL_LIMIT
             imgs = renderer.render(worlds.state, worlds.mocap, live) if renderer is not None else None
-            carry, ctrl = advance(carry, tasks, goals, jnp.asarray(sens), jnp.asarray(sens[:, pf]),
-                                  jnp.asarray(bad), imgs)
+            carry, g_ctrl, udata = advance(carry, tasks, goals, jnp.asarray(sens), jnp.asarray(sens[:, pf]),
+                                           jnp.asarray(worlds.qpos()[:, rq]), jnp.asarray(bad), imgs)
             live = ~np.asarray(carry.rec.done)
             if int(carry.t) > total or not live.any():
                 break
-            sens = worlds.step(np.asarray(ctrl), live)
+            ctrl[:, :, rm.gripper_act] = np.asarray(g_ctrl)
+            sens = worlds.step(ctrl, np.asarray(udata, np.float64), live)
             bar.update(1)
         bar.close()
     finally:

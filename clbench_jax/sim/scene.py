@@ -179,9 +179,18 @@ def _base_spec(scene: Scene) -> mujoco.MjSpec:
         if not missing:
             continue
         other = mujoco.MjSpec.from_string(src.resolved_xml())
+        keep = {e.root_body for e in missing}
+        # attach copies the other spec's assets too: drop its other bodies, then its assets already here
+        for b in list(other.worldbody.bodies):
+            if b.name not in keep:
+                other.delete(b)
+        for kind in ("meshes", "textures", "materials"):
+            names = {a.name for a in getattr(spec, kind)}
+            for a in list(getattr(other, kind)):
+                if a.name in names:
+                    other.delete(a)
         for e in missing:
-            frame = spec.worldbody.add_frame()
-            frame.attach_body(other.body(e.root_body), "", "")
+            spec.worldbody.add_frame().attach_body(other.body(e.root_body), "", "")
             have.add(e.root_body)
     return spec
 
@@ -196,55 +205,52 @@ def _build_spec(scene: Scene, contact_sensors: bool) -> mujoco.MjSpec:
 
 
 def _add_sensors(spec: mujoco.MjSpec, scene: Scene, contact_sensors: bool) -> None:
+    """Sensors named `clb:<kind>:<object>` (LIBERO's model has sensors of its own: robosuite's force-torque)."""
     S, O = mujoco.mjtSensor, mujoco.mjtObj
 
-    def add(kind, objtype, objname, **kw):
-        spec.add_sensor(type=kind, objtype=objtype, objname=objname, **kw)
+    def add(kind, objtype, objname, tag, **kw):
+        return spec.add_sensor(name=f"clb:{tag}:{objname}", type=kind, objtype=objtype, objname=objname, **kw)
 
     for j in robot.ARM_JOINTS + robot.FINGER_JOINTS:
-        add(S.mjSENS_JOINTPOS, O.mjOBJ_JOINT, j)
+        add(S.mjSENS_JOINTPOS, O.mjOBJ_JOINT, j, "q")
     for name in scene.entities:
-        add(S.mjSENS_FRAMEPOS, O.mjOBJ_XBODY, scene.info[name].root_body)
-        add(S.mjSENS_FRAMEQUAT, O.mjOBJ_XBODY, scene.info[name].root_body)
+        add(S.mjSENS_FRAMEPOS, O.mjOBJ_XBODY, scene.info[name].root_body, "pos")
+        add(S.mjSENS_FRAMEQUAT, O.mjOBJ_XBODY, scene.info[name].root_body, "quat")
     for name in scene.body_sites:
-        add(S.mjSENS_FRAMEPOS, O.mjOBJ_SITE, name)
-        add(S.mjSENS_FRAMEQUAT, O.mjOBJ_SITE, name)
+        add(S.mjSENS_FRAMEPOS, O.mjOBJ_SITE, name, "pos")
+        add(S.mjSENS_FRAMEQUAT, O.mjOBJ_SITE, name, "quat")
     for name in scene.joints:
-        add(S.mjSENS_JOINTPOS, O.mjOBJ_JOINT, name)
+        add(S.mjSENS_JOINTPOS, O.mjOBJ_JOINT, name, "q")
     if contact_sensors:
         groups = [scene.info[n].root_body for n in scene.entities] + list(robot.FINGER_BODIES)
         for i, j in scene.pairs:
-            _add_contact_sensor(spec, groups[i], groups[j])
-
-
-def _add_contact_sensor(spec, body1: str, body2: str) -> None:
-    """found flag of any contact between the subtrees of two bodies (LIBERO's check_contact over their geoms)."""
-    s = spec.add_sensor(type=mujoco.mjtSensor.mjSENS_CONTACT, objtype=mujoco.mjtObj.mjOBJ_XBODY, objname=body1,
-                        reftype=mujoco.mjtObj.mjOBJ_XBODY, refname=body2)
-    prm = np.array(s.intprm)
-    prm[:3] = [1, 0, 1]  # data = found, reduce = none, num = 1
-    s.intprm = prm
-    s.dim = 1
+            # found flag of any contact between the two subtrees (LIBERO's check_contact over their geoms)
+            s = add(S.mjSENS_CONTACT, O.mjOBJ_XBODY, groups[i], f"contact:{groups[j]}",
+                    reftype=O.mjOBJ_XBODY, refname=groups[j])
+            prm = np.array(s.intprm)
+            prm[:3] = [1, 0, 1]  # data = found, reduce = none, num = 1
+            s.intprm = prm
+            s.dim = 1
 
 
 def _sensor_map(m: mujoco.MjModel, scene: Scene) -> SensorMap:
-    adr, k = m.sensor_adr, 0
+    def adr(tag: str, name: str, width: int) -> np.ndarray:
+        return m.sensor_adr[m.sensor(f"clb:{tag}:{name}").id] + np.arange(width)
 
-    def take(n, width):
-        nonlocal k
-        out = np.stack([adr[k + i] + np.arange(width) for i in range(n)]) if n else np.zeros((0, width), int)
-        k += n
-        return out
+    def rows(tag, names, width):
+        return np.stack([adr(tag, n, width) for n in names]) if names else np.zeros((0, width), int)
 
-    arm = take(7, 1)[:, 0]
-    fingers = take(2, 1)[:, 0]
-    ent = take(2 * len(scene.entities), 4)
-    sit = take(2 * len(scene.body_sites), 4)
-    jq = take(len(scene.joints), 1)[:, 0] if scene.joints else np.zeros((0,), int)
-    P = len(scene.pairs)
-    pf = adr[k:k + P] if m.nsensor >= k + P else np.zeros((0,), int)
-    return SensorMap(arm_q=arm, finger_q=fingers, entity_pos=ent[0::2, :3], entity_quat=ent[1::2],
-                     site_pos=sit[0::2, :3], site_quat=sit[1::2], joint_q=jq, pair_found=np.asarray(pf))
+    roots = [scene.info[n].root_body for n in scene.entities]
+    groups = roots + list(robot.FINGER_BODIES)
+    try:
+        pf = np.array([adr(f"contact:{groups[j]}", groups[i], 1)[0] for i, j in scene.pairs], int)
+    except KeyError:  # a model built without contact sensors
+        pf = np.zeros((0,), int)
+    return SensorMap(arm_q=rows("q", robot.ARM_JOINTS, 1)[:, 0], finger_q=rows("q", robot.FINGER_JOINTS, 1)[:, 0],
+                     entity_pos=rows("pos", roots, 3), entity_quat=rows("quat", roots, 4),
+                     site_pos=rows("pos", scene.body_sites, 3), site_quat=rows("quat", scene.body_sites, 4),
+                     joint_q=rows("q", scene.joints, 1)[:, 0] if scene.joints else np.zeros((0,), int),
+                     pair_found=pf)
 
 
 def export_xml(scene: Scene, task: TaskSpec | None = None) -> str:
