@@ -81,10 +81,7 @@ def _run_random(tasks, scene, n_per_task, horizon, backend, seed, progress=True,
     ids = np.concatenate([[scene.task_index(t.name)] * n_per_task for t in tasks])
     stack = rollout.task_stack(scene)
     goals = jax.tree.map(lambda x: x[ids][:, None], stack.goal)
-    batch = rollout.EpisodeBatch(task_ids=ids, goals=goals,
-                                 state=np.concatenate([b.state for b in banks]),
-                                 mocap=np.concatenate([b.mocap for b in banks]),
-                                 keys=np.asarray(jax.random.split(jax.random.PRNGKey(seed), len(ids))))
+    batch = rollout.EpisodeBatch.of(banks, ids, goals, jax.random.split(jax.random.PRNGKey(seed), len(ids)))
     if policy_name == "oracle":
         from clbench_jax.data.oracle import make_oracle
 
@@ -126,8 +123,8 @@ def cmd_quickstart(a):
     print(f"\nscene {scene.key}: {len(scene.objects)} objects, {len(scene.fixtures)} fixtures, {m.ngeom} geoms, "
           f"{m.nbody} bodies, built in {time.perf_counter() - t0:.1f} s")
     rec, ids, dt, banks = _run_random(tasks, scene, a.n, a.horizon, "native", a.seed, policy_name=a.policy)
-    print(f"\ninitial states: :init predicates hold in {sum(b.init_ok.sum() for b in banks)}/"
-          f"{sum(len(b.init_ok) for b in banks)} settled samples")
+    print(f"\ninitial states (LIBERO's): :init predicates hold in {sum(b.init_ok.sum() for b in banks)}/"
+          f"{sum(len(b.init_ok) for b in banks)}")
     steps = int(rec.length.sum()) if a.policy == "oracle" else len(ids) * a.horizon
     print(f"{a.policy} policy, {len(ids)} episodes, up to {a.horizon} steps (native backend): {steps:,} control "
           f"steps in {dt:.1f} s = {steps / dt:,.0f} control steps/s (compilation included)")

@@ -76,10 +76,10 @@ def task_file(out_dir: str | os.PathLike, task: TaskSpec) -> Path:
 # ----------------------------------------------------------------------------------------------- per-step obs
 
 @jax.jit
-def _obs_rows(c: env.SceneConsts, sens, ta: env.TaskArrays, key):
-    """Sensor readings (T, ns) -> LIBERO obs keys, EE quaternion (x, y, z, w as robosuite) and object tokens
-    (one token order per demo: the same key every step)."""
-    prop = jax.vmap(lambda s: env.proprio(c, s))(sens)
+def _obs_rows(c: env.SceneConsts, sens, robot_q, ta: env.TaskArrays, key):
+    """Sensor readings (T, ns) and exact robot joints (T, 9) -> LIBERO obs keys, EE quaternion (x, y, z, w as
+    robosuite) and object tokens (one token order per demo: the same key every step)."""
+    prop = jax.vmap(lambda q: env.proprio(c, q))(robot_q)
     wxyz = jax.vmap(lambda w: control.mat_to_quat(control.axisangle_to_mat(w)))(prop["ee_ori"])
     tok, mask = jax.vmap(lambda s: env.object_tokens(c, s, ta, key))(sens)
     return prop, jnp.roll(wxyz, -1, axis=1), tok, mask
@@ -91,9 +91,15 @@ def make_demo(scene: Scene, task: TaskSpec, states: np.ndarray, sens: np.ndarray
     readings (T, ns) before each of its T actions (as the rollout traced them), the actions, the mocap poses."""
     T = len(actions)
     rows = pad_to or T  # pad to a fixed length so the jitted function compiles once per scene
-    sens_p = np.concatenate([sens, np.repeat(sens[-1:], rows - T, 0)]) if rows > T else sens
+
+    def pad(x):
+        return np.concatenate([x, np.repeat(x[-1:], rows - T, 0)]) if rows > T else x
+
+    rm = scene.robot
+    robot_q = states[:, 1 + np.concatenate([rm.arm_qpos, rm.finger_qpos])]  # qpos follows time in the state
     prop, quat, tok, mask = jax.tree.map(lambda x: np.asarray(x)[:T], _obs_rows(
-        rollout._consts(scene), jnp.asarray(sens_p), env.task_arrays(scene, task), jnp.asarray(key)))
+        rollout._consts(scene), jnp.asarray(pad(sens)), jnp.asarray(pad(robot_q)), env.task_arrays(scene, task),
+        jnp.asarray(key)))
     f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731  (LIBERO stores low-dim obs as float64)
     obs = {k: f64(prop[k]) for k in ("joint_states", "gripper_states", "ee_states", "ee_pos", "ee_ori")}
     obs["object_tokens"], obs["object_token_mask"] = np.asarray(tok, np.float32), np.asarray(mask)
@@ -134,19 +140,15 @@ def _oracle(scene: Scene, noise: bool):
     return _ORACLES[key][1]
 
 
-def round_seed(seed: int, chunk: int) -> int:
-    """Init-bank seed of the `chunk`-th bank of a task (the same for every generator: matched controls)."""
-    return seed * 1_000_003 + chunk
-
-
 @dataclass
 class Episode:
     """One attempt: where it starts, its policy key, and (while it runs) its recorded rows."""
 
     state: np.ndarray
     mocap: np.ndarray
+    q0: np.ndarray  # the controller's reset joints
     key: np.ndarray
-    init_ok: bool
+    init_ok: bool  # recorded, not required: LIBERO's own initial states often miss their :init regions
     init_atoms: tuple
     chunk: int
     index: int
@@ -157,16 +159,16 @@ class Episode:
 
 
 def episode_source(scene: Scene, task: TaskSpec, cfg: CollectConfig) -> Iterator[Episode]:
-    """The task's attempts in a fixed order: banks of BANK_SIZE settled initial states from the generator
-    (bank seed `round_seed(seed, chunk)`) and one policy key each; the same for both generators and any batch."""
+    """The task's attempts in a fixed order: the generator's initial states in order, drawn in banks of BANK_SIZE
+    (LIBERO's 50 official states first under `confounded`), and one policy key each; the same for any batch."""
     root = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), zlib.crc32(task.name.encode()) & 0x7FFFFFFF)
     for chunk in itertools.count():
-        bank = init_bank(scene, task, BANK_SIZE, round_seed(cfg.seed, chunk), cfg.generator)
+        bank = init_bank(scene, task, BANK_SIZE, cfg.seed, cfg.generator, start=chunk * BANK_SIZE)
         keys = np.asarray(jax.random.split(jax.random.fold_in(root, chunk), BANK_SIZE))
         for j in range(BANK_SIZE):
-            yield Episode(state=bank.state[j], mocap=bank.mocap[j], key=keys[j], init_ok=bool(bank.init_ok[j]),
-                          init_atoms=bank.inits[j] if bank.inits else task.init, chunk=chunk, index=j,
-                          number=chunk * BANK_SIZE + j)
+            yield Episode(state=bank.state[j], mocap=bank.mocap[j], q0=bank.q0[j], key=keys[j],
+                          init_ok=bool(bank.init_ok[j]), init_atoms=bank.inits[j] if bank.inits else task.init,
+                          chunk=chunk, index=j, number=chunk * BANK_SIZE + j)
 
 
 _STREAM_FNS: dict = {}
@@ -175,9 +177,12 @@ _STREAM_FNS: dict = {}
 def _stream_fns(scene: Scene, noise: bool):
     """Jitted (advance, refill) for streaming the oracle over `scene` (compiled once per scene and batch size).
 
+
     advance: `rollout.make_advance` with the oracle, whose state also carries the action it chose (so the host can
     record it), and no horizon of its own (each world's episode has its own start; the host enforces the horizon).
-    refill: reset the records, policy state, key and reference pose of the worlds in `mask` to a new episode."""
+    refill: reset the records, policy state, key and controller of the worlds in `mask` to a new episode."""
+    from clbench_jax.sim import robot
+
     key = (id(scene), noise)
     if key not in _STREAM_FNS:
         oracle, p0_fn = _oracle(scene, noise)
@@ -186,19 +191,22 @@ def _stream_fns(scene: Scene, noise: bool):
             act, ps = oracle(obs, ps[0], keys)
             return act, (ps, act)
 
-        advance = jax.jit(rollout.make_advance(rollout._consts(scene), policy, 0, 2 ** 30, True))
+        nsub = robot.substeps(scene.model)
+        advance = jax.jit(rollout.make_advance(rollout._consts(scene), policy, 0, 2 ** 30, True, nsub))
+        chain = scene.robot.chain
 
         @jax.jit
-        def refill(carry, mask, keys, qref):
+        def refill(carry, mask, keys, q0):
             n, k = carry.rec.success.shape
             fresh = (p0_fn(n), jnp.zeros((n, 7)))
 
             def pick(old, new):
                 return jnp.where(mask.reshape(mask.shape + (1,) * (old.ndim - 1)), new, old)
 
+            osc = jax.vmap(lambda q: control.reset_state(chain, q))(q0)
             return carry.replace(rec=jax.tree.map(pick, carry.rec, rollout._init_records(n, k)),
                                  pstate=jax.tree.map(pick, carry.pstate, fresh),
-                                 key=pick(carry.key, keys), qref=pick(carry.qref, qref))
+                                 key=pick(carry.key, keys), osc=jax.tree.map(pick, carry.osc, osc))
 
         _STREAM_FNS[key] = (advance, refill, lambda n: (p0_fn(n), jnp.zeros((n, 7))))
     return _STREAM_FNS[key]
@@ -221,6 +229,8 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
     from clbench_jax.sim.native import FULL, NativeWorlds
 
     check_generator(cfg.generator)
+    rm = scene.robot
+    rq = np.concatenate([rm.arm_qpos, rm.finger_qpos])
     N = cfg.batch
     advance, refill, pstate0 = _stream_fns(scene, cfg.noise)
     c = rollout._consts(scene)
@@ -228,7 +238,7 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
     ids = np.full(N, scene.task_index(task.name))
     tasks = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[ids]), stack)
     goals = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[ids][:, None]), stack.goal)
-    pf, arm = scene.sensors.pair_found, np.asarray(c.sens_arm_q)
+    pf = scene.sensors.pair_found
     source = episode_source(scene, task, cfg)
     outcome: dict[int, tuple[bool, bool, bool]] = {}  # attempt number -> (success, physics failure, invalid init)
     wins_so_far: dict[int, Episode] = {}
@@ -246,7 +256,9 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
         return next(source)
 
     eps = [next_episode() for _ in range(N)]  # first: a generator that refuses the task raises here
-    worlds = NativeWorlds(scene.model, N, robot.PHYSICS.substeps)
+    nsub = robot.substeps(scene.model)
+    worlds = NativeWorlds(scene.model, N, nsub)
+    ctrl = np.zeros((N, nsub, scene.model.nu))
     scratch = mujoco.MjData(scene.model)
     t0 = time.perf_counter()
     bar = tqdm(total=cfg.n, desc=task.name[:48], unit="demo", disable=not progress)
@@ -256,8 +268,9 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
         sens = worlds.set_state(np.stack([(e or first).state for e in eps]), np.stack([(e or first).mocap for e in eps]))
         carry = rollout.Carry(rec=rollout._init_records(N, 1), pstate=pstate0(N),
                               key=jnp.asarray(np.stack([(e or first).key for e in eps])), ee0=jnp.zeros((N, 3)),
-                              finger0=jnp.zeros((N, 2)), qref=jnp.zeros((N, 7)), trace=None,
-                              t=jnp.asarray(0, jnp.int32))
+                              finger0=jnp.zeros((N, 2)),
+                              osc=rollout.initial_osc(scene, np.stack([(e or first).q0 for e in eps]), N),
+                              trace=None, t=jnp.asarray(0, jnp.int32))
         carry = carry.replace(rec=carry.rec.replace(done=jnp.asarray(~live)))
         while live.any() and not gave_up:
             cut = cutoff()
@@ -265,7 +278,8 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
                 break  # every attempt that could still change the first n successes has ended
             bad = worlds.qvel_max() > rollout.QVEL_LIMIT
             js = jnp.asarray(sens)
-            carry, ctrl = advance(carry, tasks, goals, js, js[:, pf], jnp.asarray(bad))
+            carry, g_ctrl, udata = advance(carry, tasks, goals, js, js[:, pf], jnp.asarray(worlds.qpos()[:, rq]),
+                                           jnp.asarray(bad))
             done, succ, fail = (np.asarray(x) for x in (carry.rec.done, carry.rec.success[:, 0],
                                                           carry.rec.fail_reason))
             act = np.asarray(carry.pstate[1])
@@ -276,7 +290,7 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
                     e.states.append(worlds.state[i].copy()), e.sens.append(sens[i].copy()), e.actions.append(act[i])
                     continue
                 ended.append(i)
-                ok = bool(done[i] and succ[i] and fail[i] == 0 and e.init_ok and e.actions)
+                ok = bool(done[i] and succ[i] and fail[i] == 0 and e.actions)
                 outcome[e.number] = (ok, bool(fail[i] != 0), not e.init_ok)
                 if ok:
                     wins_so_far[e.number] = e  # assembled (and rendered) at the end, only if kept
@@ -284,11 +298,12 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
                 bar.update(min(wins, cfg.n) - bar.n)
                 bar.set_postfix(finished=len(outcome), success=f"{wins / len(outcome):.0%}")
                 gave_up = 0 < cfg.give_up_after <= len(outcome) and wins == 0
-            sens = worlds.step(np.asarray(ctrl), live).copy()
+            ctrl[:, :, rm.gripper_act] = np.asarray(g_ctrl)
+            sens = worlds.step(ctrl, np.asarray(udata, np.float64), live).copy()
             if not ended:
                 continue
             # Start the next attempt in every world whose attempt ended (its first reading as `set_state` gives it).
-            mask, keys, qref = np.zeros(N, bool), np.asarray(carry.key).copy(), np.asarray(carry.qref).copy()
+            mask, keys, q0 = np.zeros(N, bool), np.asarray(carry.key).copy(), np.zeros((N, 7))
             for i in ended:
                 eps[i] = next_episode()
                 if eps[i] is None:
@@ -300,9 +315,9 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
                 scratch.mocap_pos[:], scratch.mocap_quat[:] = eps[i].mocap[:, :3], eps[i].mocap[:, 3:]
                 mujoco.mj_forward(scene.model, scratch)
                 sens[i] = scratch.sensordata
-                keys[i], qref[i] = eps[i].key, sens[i, arm]
+                keys[i], q0[i] = eps[i].key, eps[i].q0
             if mask.any():
-                carry = refill(carry, jnp.asarray(mask), jnp.asarray(keys), jnp.asarray(qref, jnp.float32))
+                carry = refill(carry, jnp.asarray(mask), jnp.asarray(keys), jnp.asarray(q0, jnp.float32))
             carry = carry.replace(rec=carry.rec.replace(done=carry.rec.done | jnp.asarray(~live)))
     finally:
         bar.close()
@@ -338,8 +353,9 @@ def assemble_demos(scene: Scene, task: TaskSpec, episodes: list[Episode], cfg: C
                       disable=not (progress and cfg.images)):
             demo = make_demo(scene, task, np.stack(e.states), np.stack(e.sens), np.stack(e.actions), e.mocap, e.key,
                              renderer, pad_to=cfg.horizon + 1)
-            demo["attrs"].update(attempt=e.number, bank_seed=round_seed(cfg.seed, e.chunk), bank_index=e.index,
-                                 policy_key=np.asarray(e.key), init_atoms=[str(a) for a in e.init_atoms])
+            demo["attrs"].update(attempt=e.number, init_index=e.number, init_seed=cfg.seed,
+                                 controller_q0=np.asarray(e.q0, np.float64), policy_key=np.asarray(e.key),
+                                 init_atoms=[str(a) for a in e.init_atoms])
             demos.append(demo)
     finally:
         if renderer is not None:

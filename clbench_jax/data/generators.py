@@ -1,10 +1,11 @@
 """Demonstration generators: where a task's objects start.
 
-- ``confounded`` (LIBERO's own recipe): every object is placed from its BDDL :init region, so a task's target always
-  starts where that task's demonstrations put it -- its position alone says which object to fetch.
+- ``confounded`` (LIBERO's own recipe): every object is placed from its BDDL :init region (LIBERO's official
+  initial states, then LIBERO's own reset), so a task's target always starts where that task's demonstrations put
+  it -- its position alone says which object to fetch.
 - ``deconfounded`` (seed 004): per episode, the table placements (`On(obj, <arena region>)` init atoms) are randomly
-  permuted among the task's movable objects that are the target of some task of the scene, then placed, settled and
-  validated as usual (the permuted atoms are the ones checked). Every such object then shows up at every one of
+  permuted among the task's movable objects that are the target of some task of the scene, and LIBERO's own reset
+  places the objects by the permuted atoms (sim/sampler.py). Every such object then shows up at every one of
   their slots, as target in its own tasks and as distractor in the others, so the target's position is independent
   of the task and only the instruction names it. Objects that are never a target (a basket) keep their region;
   objects placed on/in a fixture or on another object keep that referent and travel with it.
@@ -101,11 +102,13 @@ def deconfounded_variant(scene: Scene, task: TaskSpec):
     return variant
 
 
-def init_bank(scene: Scene, task: TaskSpec, n: int, seed: int, generator: str) -> InitBank:
-    """`n` settled, validated initial states of `task` under `generator` (deterministic in task, seed)."""
+def init_bank(scene: Scene, task: TaskSpec, n: int, seed: int, generator: str, start: int = 0) -> InitBank:
+    """Initial states start .. start + n - 1 of `task` under `generator` (deterministic in task, seed, index):
+    confounded: LIBERO's official states, then LIBERO's own reset; deconfounded: LIBERO's reset of each state's
+    permuted :init placements."""
     check_generator(generator)
     variant = deconfounded_variant(scene, task) if generator == "deconfounded" else None
-    return make_init_bank(scene, task, n, seed=seed, variant=variant)
+    return make_init_bank(scene, task, n, seed=seed, start=start, variant=variant)
 
 
 # --------------------------------------------------------------------------------------------- statistics

@@ -274,7 +274,7 @@ def episode_memory(spec: GridSpec, scene, policy=None, *, k: int = 1, lang_dim: 
         parts["images"] = ("device", frame, 0)
         parts["images_host"] = ("host", frame, _mjdata_bytes(m) + 8 * spec.image_size ** 2)  # + GL framebuffer
     if spec.backend == "native":  # NativeWorlds' per-world buffers (float64); one MjData per thread
-        nsub = robot.PHYSICS.substeps
+        nsub = robot.substeps(m)
         world = 8 * (nstate * (2 + nsub) + m.nsensordata * (1 + nsub) + nsub * (m.nu + 7 * m.nmocap) + 14 * m.nmocap)
         parts["physics"] = ("host", world, (os.cpu_count() or 1) * _mjdata_bytes(m))
     else:
@@ -566,7 +566,8 @@ class _Runner:
             task_ids=rep([scene.task_index(spec.tasks[g.task].name) for g in flat]), goals=goals,
             state=np.concatenate([banks[g.task].state[:R] for g in flat]),
             mocap=np.concatenate([banks[g.task].mocap[:R] for g in flat]),
-            keys=np.concatenate([keys[g.task] for g in flat]), active=np.repeat(active, R))
+            keys=np.concatenate([keys[g.task] for g in flat]), active=np.repeat(active, R),
+            q0=np.concatenate([banks[g.task].q0[:R] for g in flat]))
         lang = rep([self.lang[g.task][g.variant] for g in flat])
         pstate = initial_pstate(stack_params([p for p, _ in params]), lang,
                                 obs_spec(scene, spec.obs, spec.image_size), self.seq_len)
@@ -574,7 +575,7 @@ class _Runner:
             batch = rollout.EpisodeBatch(task_ids=batch.task_ids, goals=shard.place(batch.goals, self.mesh),
                                          state=shard.place(batch.state, self.mesh), mocap=batch.mocap,
                                          keys=shard.place(batch.keys, self.mesh),
-                                         active=shard.place(batch.active, self.mesh))
+                                         active=shard.place(batch.active, self.mesh), q0=batch.q0)
         failure = None
         try:
             rec = rollout.rollout(scene, self.fn, pstate, batch, spec.horizon, backend=spec.backend,

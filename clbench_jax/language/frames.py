@@ -441,16 +441,11 @@ def frame_atom(task: TaskSpec, frame: Frame, **changes: str) -> Atom:
 
 def predicate_supported_by(task: TaskSpec, pred: str, entity: str) -> bool:
     """Can the entity (or the fixture owning a region) be tested for a state predicate (a stove has no Open)?"""
-    from clbench_jax.errors import UnknownCategoryError
-    from clbench_jax.sim import assets
+    from clbench_jax.sim import entities
 
     owner = task.regions[entity].target if entity in task.regions else entity
     cat = task.category(owner)
-    try:
-        art = assets.standin(cat).articulation if cat else None
-    except UnknownCategoryError:
-        return False
-    return art is not None and getattr(art, f"{pred}_test", None) is not None
+    return bool(cat) and entities.supports(cat, pred)
 
 
 def edit_text(text: str, span: tuple[int, int], new: str) -> str:

@@ -127,8 +127,7 @@ class Evaluator:
             ids = np.repeat([scene.task_index(self.tasks[j].name) for j in js], n)
             keys = np.concatenate([np.asarray(jax.random.split(derive_key(self.root, "eval", j), n)) for j in js])
             goals = jax.tree.map(lambda x: np.asarray(x)[ids][:, None], rollout.task_stack(scene).goal)
-            batch = rollout.EpisodeBatch(task_ids=ids, goals=goals, state=np.concatenate([b.state for b in banks]),
-                                         mocap=np.concatenate([b.mocap for b in banks]), keys=keys)
+            batch = rollout.EpisodeBatch.of(banks, ids, goals, keys)
             if self.algo.task_specific_eval:
                 p = stack_params([self.algo.eval_params(params, state, j) for j in js])
             else:

@@ -14,6 +14,7 @@ A bank is deterministic in (task, seed). More states than LIBERO ships come from
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Callable
@@ -42,7 +43,7 @@ class InitBank:
     mocap: np.ndarray
     q0: np.ndarray
     init_ok: np.ndarray  # (n,) bool: every :init predicate holds in the state
-    source: str = "libero"  # "libero" (official states) or "sampler"
+    source: str = "libero"  # "libero" (official states), "sampler" (LIBERO's reset) or both
     inits: tuple = ()  # with a `variant` sampler: the :init atoms each state was placed (and checked) by
 
 
@@ -133,23 +134,39 @@ def reset_joints(scene: Scene, rng: np.random.Generator, n: int) -> np.ndarray:
     return rm.init_qpos + rng.normal(0.0, rm.init_noise, (n, 7))
 
 
-def make_init_bank(scene: Scene, task: TaskSpec, n: int, seed: int = 0, valid_only: bool = True,
-                   max_rounds: int = 5, variant: Callable[[np.random.Generator], TaskSpec] | None = None
-                   ) -> InitBank:
-    """`n` initial conditions of `task`, deterministic in (task, seed): LIBERO's official states 0..n-1 when
-    n <= 50 (and no `variant`), with fixture placements and controller reset joints drawn as LIBERO's reset
-    draws them; otherwise states from the project's sampler (`sampler.make_sampled_bank`)."""
-    if variant is not None or n > N_OFFICIAL:
-        from clbench_jax.sim import sampler
+def make_init_bank(scene: Scene, task: TaskSpec, n: int, seed: int = 0, start: int = 0,
+                   variant: Callable[[np.random.Generator], TaskSpec] | None = None) -> InitBank:
+    """Initial conditions start .. start + n - 1 of `task`'s stream, each deterministic in (task, seed, index):
+    LIBERO's 50 official states first (with fixture placements and controller reset joints drawn as LIBERO's
+    reset draws them), then states drawn by LIBERO's own reset (`sampler.py`). With `variant(rng)` (a TaskSpec
+    with other :init atoms per state, e.g. the deconfounded generator's) every state is drawn by LIBERO's reset
+    of its variant. `init_ok` records whether the :init predicates hold; like LIBERO, nothing is filtered by it
+    (LIBERO's own official states often miss their 1-2 cm :init regions by millimetres)."""
+    from clbench_jax.sim import sampler
 
-        return sampler.make_sampled_bank(scene, task, n, seed=seed, valid_only=valid_only,
-                                         max_rounds=max_rounds, variant=variant)
-    state = libero_states(scene, task)[:n]
-    rng = task_rng(task, seed, "reset")
-    mocap = np.stack([fixture_placements(scene, task, rng) for _ in range(n)])
-    q0 = reset_joints(scene, rng, n)
-    ok = init_predicates_hold(scene, task, state, mocap)
-    return InitBank(task=task.name, state=state, mocap=mocap, q0=q0, init_ok=ok)
+    idx = np.arange(start, start + n)
+    official = idx[idx < N_OFFICIAL] if variant is None else idx[:0]
+    state = np.zeros((n, mujoco.mj_stateSize(scene.model, FULL)))
+    mocap = np.zeros((n, scene.model.nmocap, 7))
+    q0 = np.zeros((n, 7))
+    inits = [task.init] * n
+    if official.size:
+        states = libero_states(scene, task)
+        for k, i in enumerate(official):
+            rng = task_rng(task, seed, f"reset:{i}")
+            state[k], mocap[k], q0[k] = states[i], fixture_placements(scene, task, rng), reset_joints(scene, rng, 1)[0]
+    rest = idx[official.size:]
+    if rest.size:
+        variants = [variant(task_rng(task, seed, f"variant:{i}")) for i in rest] if variant is not None else None
+        drawn = sampler.draw(scene, task, [int(i) for i in rest], seed, variants)
+        state[official.size:], mocap[official.size:], q0[official.size:] = drawn
+        if variants is not None:
+            inits[official.size:] = [v.init for v in variants]
+    checked = [dataclasses.replace(task, init=i) for i in inits] if variant is not None else None
+    ok = init_predicates_hold(scene, task, state, mocap, checked)
+    return InitBank(task=task.name, state=state, mocap=mocap, q0=q0, init_ok=ok,
+                    source="libero" if not rest.size else ("sampler" if not official.size else "libero+sampler"),
+                    inits=tuple(inits) if variant is not None else ())
 
 
 def init_predicates_hold(scene: Scene, task: TaskSpec, state: np.ndarray, mocap: np.ndarray,

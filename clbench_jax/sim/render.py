@@ -1,6 +1,7 @@
 """Offscreen RGB rendering of worlds with MuJoCo's renderer (agentview and eye-in-hand cameras).
 
-Images are upright (row 0 at the top); LIBERO's raw robosuite images are vertically flipped.
+Images are upright (row 0 at the top); LIBERO's raw robosuite images are the same pictures vertically flipped
+(OpenGL's row order). As robosuite, the collision geoms (group 0) are hidden: only the visual meshes show.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class BatchRenderer:
         self.d = mujoco.MjData(model)
         self.opt = mujoco.MjvOption()
         self.opt.sitegroup[:] = 0  # no site markers (regions, grip site) in observations
+        self.opt.geomgroup[0] = 0  # robosuite hides the collision geoms (render_collision_mesh=False)
 
     def render(self, state: np.ndarray, mocap: np.ndarray, active: np.ndarray | None = None) -> np.ndarray:
         """Images of every world, or only of the worlds where `active` (n,) is true (the others stay black)."""

@@ -81,6 +81,13 @@ class EpisodeBatch:
     active: np.ndarray | None = None  # (N,) bool; False: a padding row, done from the start (never run or recorded)
     q0: np.ndarray | None = None  # (N, 7) the controller's reset joints (InitBank.q0); None: init_qpos, no noise
 
+    @classmethod
+    def of(cls, banks, task_ids, goals, keys, active=None) -> "EpisodeBatch":
+        """Episodes from init banks (their states, fixture placements and controller reset joints, in order)."""
+        cat = lambda f: np.concatenate([getattr(b, f) for b in banks])  # noqa: E731
+        return cls(task_ids=np.asarray(task_ids), goals=goals, state=cat("state"), mocap=cat("mocap"),
+                   keys=np.asarray(keys), active=active, q0=cat("q0"))
+
 
 def random_policy(scale: float = 1.0) -> tuple[PolicyFn, Any]:
     """Uniform random actions in [-scale, scale] (the throughput benchmark's policy)."""
