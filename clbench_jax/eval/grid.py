@@ -280,7 +280,9 @@ def episode_memory(spec: GridSpec, scene, policy=None, *, k: int = 1, lang_dim: 
     else:
         from mujoco import mjx
 
-        d = jax.eval_shape(lambda: mjx.make_data(scene.mjx_model_host, impl=spec.mjx_impl))
+        from clbench_jax.sim.mjx_backend import host_model
+
+        d = jax.eval_shape(lambda: mjx.make_data(host_model(scene, spec.mjx_impl), impl=spec.mjx_impl))
         parts["physics"] = ("device", MJX_DATA_COPIES * (tree_bytes(d) + f32 * 7 * m.nbody), 0)
     if policy is not None:
         params = param_shapes(policy, scene.key, spec.obs, spec.image_size, seq_len, lang_dim)

@@ -1,10 +1,13 @@
-"""The `mjx` backend: MuJoCo XLA, the whole episode on device.
+"""The `mjx` backend: MuJoCo XLA, the whole episode on device (`impl="warp"` on NVIDIA GPUs, CPU for tests;
+`impl="jax"` anywhere).
 
-Same model physics as the native backend, with two differences of form: MJX's jax impl lacks body-level contact
-sensors, so contact pairs are read from MJX's contact list and reduced to the same (P,) found flags; and MJX
-moves a mocap body but not its children, so fixtures are static bodies whose placement is a per-world `body_pos` /
-`body_quat` (the model is vmapped over those two fields). The predicates see identical arrays on both backends
-(tests/test_backends.py compares them).
+Same model as the native backend: fixtures are mocap bodies placed per world. robosuite's OSC runs at every
+physics substep inside the jitted loop: its inputs (the arm's mass matrix, the grip site's Jacobian, the bias
+forces) come from a robot-only copy of the model (the arm, the gripper and the mount: nothing else moves with the
+arm's joints, so those quantities equal the full model's; tests/test_backends.py checks them) run with MJX's JAX
+kinematics, CRB and RNE, so `mjx.step` then needs no second forward pass. Contact flags: warp evaluates the
+model's contact sensors; the JAX impl has no subtree contact sensors, so it reduces its contact list to the same
+(P,) flags.
 """
 
 from __future__ import annotations
@@ -17,72 +20,132 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
-from clbench_jax.sim.scene import Scene
+from clbench_jax.sim import control, robot
+from clbench_jax.sim.scene import Scene, _base_spec, _build_spec
+
+QVEL_LIMIT = 1e3  # rad/s or m/s: beyond this a world has blown up
+CONTACTS_PER_WORLD = 256  # a resting libero_goal world has ~30 contacts; a grasp adds a few dozen
+ROWS_PER_WORLD = 1024  # elliptic friction cones: up to 6 rows per contact, plus joint limits
+
+
+def robot_model(scene: Scene) -> mujoco.MjModel:
+    """LIBERO's robot alone (arm, gripper, mount; same bodies, joints and actuators), for the controller's
+    dynamics only: its geoms collide with nothing (MJX's JAX impl cannot collide the mount's cylinder anyway)."""
+    spec = _base_spec(scene)
+    for b in list(spec.worldbody.bodies):
+        if b.name != robot.BASE_BODY:
+            spec.delete(b)
+    for s in list(spec.sensors):
+        spec.delete(s)
+    for g in spec.geoms:
+        g.contype = g.conaffinity = 0
+    return spec.compile()
+
+
+def host_model(scene: Scene, impl: str) -> mujoco.MjModel:
+    """The model MJX runs: the native one on warp; without the contact sensors (unsupported) on the JAX impl."""
+    return scene.model if impl == "warp" else _build_spec(scene, contact_sensors=False).compile()
 
 
 def geom_groups(scene: Scene, m: mujoco.MjModel) -> np.ndarray:
     """(ngeom,) contact group of each geom: entity index (its whole subtree), E / E+1 for the left / right finger
-    pad bodies, -1 for everything else."""
+    subtrees, -1 for everything else."""
     E = len(scene.entities)
-    root_to_entity = {m.body(n).id: i for i, n in enumerate(scene.entities)}
-    fingers = {m.body("robot0_finger_left").id: E, m.body("robot0_finger_right").id: E + 1}
+    roots = {m.body(scene.info[n].root_body).id: i for i, n in enumerate(scene.entities)}
+    roots.update({m.body(f).id: E + k for k, f in enumerate(robot.FINGER_BODIES)})
     out = np.full(m.ngeom, -1, np.int32)
     for g in range(m.ngeom):
         b = int(m.geom_bodyid[g])
-        if b in fingers:
-            out[g] = fingers[b]
-        elif int(m.body_rootid[b]) in root_to_entity:
-            out[g] = root_to_entity[int(m.body_rootid[b])]
+        while b != 0 and b not in roots:
+            b = int(m.body_parentid[b])
+        out[g] = roots.get(b, -1)
     return out
 
 
 class MjxBackend:
-    def __init__(self, scene: Scene, impl: str = "jax", n_substeps: int | None = None):
-        from clbench_jax.sim import robot
-
-        self.scene = scene
-        self.m_host = scene.mjx_model_host
-        self.impl = impl
+    def __init__(self, scene: Scene, impl: str = "warp"):
+        self.scene, self.impl = scene, impl
+        self.m_host = host_model(scene, impl)
         self.mx = mjx.put_model(self.m_host, impl=impl)
-        self.nsub = n_substeps or robot.PHYSICS.substeps
+        self.nsub = robot.substeps(self.m_host)
+        rm = scene.robot
+        self.rm = rm
+        rmod = robot_model(scene)
+        self.r_mx = mjx.put_model(rmod, impl="jax")
+        self.r_d0 = mjx.make_data(rmod, impl="jax")
+        names = robot.ARM_JOINTS + robot.FINGER_JOINTS
+        self.r_qpos = np.array([rmod.jnt_qposadr[rmod.joint(n).id] for n in names])
+        self.r_dof = np.array([rmod.jnt_dofadr[rmod.joint(n).id] for n in names])
+        self.r_site_body = int(rmod.site_bodyid[rmod.site(robot.GRIP_SITE).id])
+        self.r_site = rmod.site(robot.GRIP_SITE).id
+        self.q_adr = np.concatenate([rm.arm_qpos, rm.finger_qpos])
+        self.v_adr = np.concatenate([rm.arm_dof, np.array([self.m_host.jnt_dofadr[self.m_host.joint(n).id]
+                                                           for n in robot.FINGER_JOINTS])])
+        self.lo, self.hi = (jnp.asarray(self.m_host.actuator_ctrlrange[rm.arm_act, k]) for k in (0, 1))
         self.groups = jnp.asarray(geom_groups(scene, self.m_host))
         self.pairs = jnp.asarray(scene.pairs)
         self.ngroup = len(scene.entities) + 2
-        # sensordata of the MJX model has the same layout as the native one up to the contact sensors.
-        self.nsens = self.m_host.nsensordata
-        self.fixture_ids = np.array([self.m_host.body(n).id for n in scene.fixtures], np.int32)
+        self.pair_found = scene.sensors.pair_found if impl == "warp" else None
 
-    def placement(self, mocap: np.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-        """Per-world body_pos / body_quat (n, nbody, 3|4) with the fixtures placed as the native mocap poses."""
-        n = mocap.shape[0]
-        bp = np.repeat(self.m_host.body_pos[None], n, 0)
-        bq = np.repeat(self.m_host.body_quat[None], n, 0)
-        bp[:, self.fixture_ids] = mocap[:, :, :3]
-        bq[:, self.fixture_ids] = mocap[:, :, 3:]
-        return jnp.asarray(bp), jnp.asarray(bq)
+    def init_data(self, state: np.ndarray, mocap: np.ndarray) -> mjx.Data:
+        """Batched mjx.Data from full-physics states (n, nstate) of the native model and mocap poses."""
+        return self._init(state.shape[0])(jnp.asarray(state), jnp.asarray(mocap))
 
-    def model(self, body_pos, body_quat):
-        return self.mx.replace(body_pos=body_pos, body_quat=body_quat)
-
-    def init_data(self, state: np.ndarray, placement) -> mjx.Data:
-        """Batched mjx.Data from full-physics states (n, nstate) of the native model."""
-        return self._init(jnp.asarray(state), *placement)
-
-    @functools.cached_property
-    def _init(self):
+    @functools.lru_cache(maxsize=8)
+    def _init(self, n: int):
         m = self.m_host
-        nq, nv, na = m.nq, m.nv, m.na
-        d0 = mjx.make_data(m, impl=self.impl)
+        nq, nv = m.nq, m.nv
+        # warp's contact buffer is shared by all worlds; its constraint rows are per world
+        kw = {} if self.impl == "jax" else {"naconmax": CONTACTS_PER_WORLD * n, "njmax": ROWS_PER_WORLD}
+        d0 = mjx.make_data(m, impl=self.impl, **kw)
 
-        def one(s, bp, bq):
-            d = d0.replace(time=s[0], qpos=s[1:1 + nq], qvel=s[1 + nq:1 + nq + nv],
-                           act=s[1 + nq + nv:1 + nq + nv + na])
-            return mjx.forward(self.model(bp, bq), d)
+        def one(s, mocap):
+            d = d0.replace(time=s[0], qpos=s[1:1 + nq], qvel=s[1 + nq:1 + nq + nv], mocap_pos=mocap[:, :3],
+                           mocap_quat=mocap[:, 3:])
+            return mjx.forward(self.mx, d)
 
         return jax.jit(jax.vmap(one))
 
+    def arm_dynamics(self, qpos, qvel):
+        """(mass (7, 7), jac (6, 7), bias (7,), ee_pos, ee_mat, ee_vel (6,)) of one world's arm, as robosuite's
+        controller reads them (robot-only model; MJX's JAX smooth dynamics)."""
+        rm, d = self.r_mx, self.r_d0
+        d = d.replace(qpos=d.qpos.at[self.r_qpos].set(qpos[self.q_adr]),
+                      qvel=d.qvel.at[self.r_dof].set(qvel[self.v_adr]))
+        d = mjx.kinematics(rm, d)
+        d = mjx.com_pos(rm, d)
+        d = mjx.crb(rm, d)
+        d = mjx.com_vel(rm, d)
+        d = mjx.rne(rm, d)
+        full = mjx.full_m(rm, d)
+        arm = self.r_dof[:7]
+        jp, jr = mjx.jac(rm, d, d.site_xpos[self.r_site], self.r_site_body)  # (nv, 3) each
+        jac = jnp.concatenate([jp.T, jr.T], 0)
+        vel = jac @ d.qvel
+        return (full[jnp.ix_(arm, arm)], jac[:, arm], d.qfrc_bias[arm], d.site_xpos[self.r_site],
+                d.site_xmat[self.r_site].reshape(3, 3), vel)
+
+    def step(self, d: mjx.Data, gripper_ctrl: jnp.ndarray, udata: jnp.ndarray) -> mjx.Data:
+        """One 20 Hz control step of one world: per substep, robosuite's OSC torques (goal and null-space target
+        from the controller's userdata slots) and the gripper servos' ramp, then mjx.step."""
+        rm = self.rm
+        goal_pos = udata[robot.U_GOAL_POS:robot.U_GOAL_POS + 3]
+        goal_ori = udata[robot.U_GOAL_ORI:robot.U_GOAL_ORI + 9].reshape(3, 3)
+        q0 = udata[robot.U_QINIT:robot.U_QINIT + 7]
+
+        def sub(k, d):
+            mass, jac, bias, p, r, vel = self.arm_dynamics(d.qpos, d.qvel)
+            tau = control.osc_torques(mass, jac, bias, d.qpos[rm.arm_qpos], d.qvel[rm.arm_dof], p, r, vel,
+                                      goal_pos, goal_ori, q0)
+            ctrl = d.ctrl.at[rm.arm_act].set(jnp.clip(tau, self.lo, self.hi)).at[rm.gripper_act].set(gripper_ctrl[k])
+            return mjx.step(self.mx, d.replace(ctrl=ctrl))
+
+        return jax.lax.fori_loop(0, self.nsub, sub, d)
+
     def found(self, d: mjx.Data) -> jnp.ndarray:
-        """(P,) contact found flags of one world's data (same pairs as the native contact sensors)."""
+        """(P,) contact found flags of one world's data (the native contact sensors' pairs)."""
+        if self.pair_found is not None:
+            return d.sensordata[self.pair_found]
         con = d._impl.contact
         g = self.groups[con.geom]  # (C, 2)
         g = jnp.where(g < 0, self.ngroup, g)
@@ -91,16 +154,7 @@ class MjxBackend:
         mat = mat | mat.T
         return mat[self.pairs[:, 0], self.pairs[:, 1]].astype(jnp.float32)
 
-    def step(self, placement, d: mjx.Data, ctrl: jnp.ndarray) -> mjx.Data:
-        """One control step of one world: hold `ctrl` for n_substeps physics steps."""
-        mx = self.model(*placement)
-        d = d.replace(ctrl=ctrl)
-        return jax.lax.fori_loop(0, self.nsub, lambda _, x: mjx.step(mx, x), d)
-
-    def read(self, d: mjx.Data) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
-        """-> (sensordata, found, bad) for one world; bad flags NaN or exploding velocities."""
+    def read(self, d: mjx.Data) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+        """-> (sensordata, found, robot joints (9,), bad) for one world; bad flags NaN or exploding velocities."""
         bad = ~jnp.all(jnp.isfinite(d.qpos)) | (jnp.max(jnp.abs(d.qvel)) > QVEL_LIMIT)
-        return d.sensordata, self.found(d), bad
-
-
-QVEL_LIMIT = 1e3  # rad/s or m/s: beyond this a world has blown up
+        return d.sensordata, self.found(d), d.qpos[self.q_adr], bad

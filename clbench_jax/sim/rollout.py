@@ -224,7 +224,7 @@ def _new_carry(scene: Scene, batch: EpisodeBatch, pstate0, k: int, c: env.SceneC
 
 def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizon: int, *, backend: str = "native",
             warmup: int = 0, stop_at_success: bool = True, obs_mode: str = "state", image_size: int = 128,
-            nthread: int | None = None, mjx_impl: str = "jax", progress: bool = False, trace: bool = False):
+            nthread: int | None = None, mjx_impl: str = "warp", progress: bool = False, trace: bool = False):
     """Run N episodes to success or `horizon` policy steps (after `warmup` zero-action steps) -> Records, or
     (Records, trace) with `trace=True`: per-step arrays (N, warmup + horizon + 1, ...) of the EE position, entity
     positions, goal truths, articulated joints, finger joints and actions (rows after an early stop stay 0); on the
@@ -338,31 +338,32 @@ def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup
 
     be = _cached(("mjx-backend", id(scene), impl), lambda: MjxBackend(scene, impl=impl))
     run = _cached(("mjx", id(scene), policy, warmup, horizon, stop_at_success, impl),
-                  lambda: _mjx_runner(be, make_advance(c, policy, warmup, horizon, stop_at_success),
+                  lambda: _mjx_runner(be, make_advance(c, policy, warmup, horizon, stop_at_success, be.nsub),
                                       warmup + horizon))
-    placement = be.placement(batch.mocap)
-    d = be.init_data(batch.state, placement)
-    carry = _new_carry(batch, pstate0, goals.pred.shape[1], c, warmup + horizon if trace else None)
-    return run(d, placement, carry, tasks, goals)
+    d = be.init_data(batch.state, batch.mocap)
+    carry = _new_carry(scene, batch, pstate0, goals.pred.shape[1], c, warmup + horizon if trace else None)
+    return run(d, carry, tasks, goals)
 
 
 def _mjx_runner(be, advance, total: int):
     @jax.jit
-    def run(d, placement, carry, tasks, goals):
+    def run(d, carry, tasks, goals):
         # Same order as the native loop: advance on the reset reading, then (step, advance) until done.
-        carry, ctrl = advance(carry, tasks, goals, *jax.vmap(be.read)(d))
+        sens, found, robot_q, bad = jax.vmap(be.read)(d)
+        carry, g_ctrl, udata = advance(carry, tasks, goals, sens, found, robot_q, bad)
 
         def body(state):
-            d, carry, ctrl = state
-            d = jax.vmap(be.step)(placement, d, ctrl)
-            carry, ctrl = advance(carry, tasks, goals, *jax.vmap(be.read)(d))
-            return d, carry, ctrl
+            d, carry, g_ctrl, udata = state
+            d = jax.vmap(be.step)(d, g_ctrl, udata)  # finished worlds step on; their records are final
+            sens, found, robot_q, bad = jax.vmap(be.read)(d)
+            carry, g_ctrl, udata = advance(carry, tasks, goals, sens, found, robot_q, bad)
+            return d, carry, g_ctrl, udata
 
         def cond(state):
-            _, carry, _ = state
+            _, carry, _, _ = state
             return (carry.t <= total) & ~jnp.all(carry.rec.done)
 
-        _, carry, _ = jax.lax.while_loop(cond, body, (d, carry, ctrl))
+        _, carry, _, _ = jax.lax.while_loop(cond, body, (d, carry, g_ctrl, udata))
         return carry
 
     return run
