@@ -155,7 +155,7 @@ class Scene:
         fixtures = {}
         for e, js in self.ent_joints.items():
             obj = getattr(L.articulated, LIBERO_ARTICULATION[self.category[e]][0])(name=e)
-            obj.joints = list(js)
+            obj._joints = [j.removeprefix(f"{e}_") for j in js]  # robosuite adds the object's name prefix
             fixtures[e] = obj
         sites = {}
         for s, p, js in self.sites:
@@ -511,25 +511,3 @@ def test_articulation_table_matches_libero_code_and_facts(libero):
     if os.path.exists(FACTS):
         facts = _facts_table()
         assert facts == {c: tuple(v[1:]) for c, v in LIBERO_ARTICULATION.items()}
-
-
-def test_assets_articulations_match_libero():
-    """Every articulated stand-in in clbench_jax.sim.assets carries LIBERO's tests for its category."""
-    try:
-        from clbench_jax.sim import assets
-    except Exception as e:  # noqa: BLE001 - the catalog is being written; any import failure skips
-        pytest.skip(f"clbench_jax.sim.assets does not import yet: {e!r}")
-    checked = {}
-    for cat in getattr(assets, "CATEGORIES", ()):
-        art = getattr(assets.standin(cat), "articulation", None)
-        if art is None:
-            continue
-        assert cat in LIBERO_ARTICULATION, f"stand-in {cat} is articulated but LIBERO has no rule for it"
-        ours = tuple(None if t is None else (t[0], float(t[1]))
-                     for t in (art.open_test, art.close_test, art.turnon_test, art.turnoff_test))
-        assert ours == LIBERO_ARTICULATION[cat][1:], f"{cat}: ours {ours} vs LIBERO {LIBERO_ARTICULATION[cat][1:]}"
-        checked[cat] = ours
-    # The articulated categories the suites' BDDL files use must all have stand-ins.
-    missing = {"microwave", "wooden_cabinet", "white_cabinet", "flat_stove"} - set(checked)
-    assert not missing, f"no articulated stand-in for {sorted(missing)}"
-    print(f"\nchecked articulated stand-ins: {sorted(checked)}")
