@@ -268,7 +268,7 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
         sens = worlds.set_state(np.stack([(e or first).state for e in eps]), np.stack([(e or first).mocap for e in eps]))
         carry = rollout.Carry(rec=rollout._init_records(N, 1), pstate=pstate0(N),
                               key=jnp.asarray(np.stack([(e or first).key for e in eps])), ee0=jnp.zeros((N, 3)),
-                              finger0=jnp.zeros((N, 2)),
+                              finger0=jnp.zeros((N, 2)), near0=jnp.zeros((N, len(scene.entities)), bool),
                               osc=rollout.initial_osc(scene, np.stack([(e or first).q0 for e in eps]), N),
                               trace=None, t=jnp.asarray(0, jnp.int32))
         carry = carry.replace(rec=carry.rec.replace(done=jnp.asarray(~live)))
@@ -276,7 +276,7 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
             cut = cutoff()
             if cut is not None and all(eps[i].number > cut for i in np.flatnonzero(live)):
                 break  # every attempt that could still change the first n successes has ended
-            bad = worlds.qvel_max() > rollout.QVEL_LIMIT
+            bad = (worlds.qvel_max() > rollout.QVEL_LIMIT) | worlds.diverged
             js = jnp.asarray(sens)
             carry, g_ctrl, udata = advance(carry, tasks, goals, js, js[:, pf], jnp.asarray(worlds.qpos()[:, rq]),
                                            jnp.asarray(bad))
@@ -310,7 +310,7 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
                     live[i] = False
                     continue
                 mask[i] = True
-                worlds.state[i], worlds.mocap[i] = eps[i].state, eps[i].mocap
+                worlds.set_world(i, eps[i].state, eps[i].mocap)
                 mujoco.mj_setState(scene.model, scratch, eps[i].state, FULL)
                 scratch.mocap_pos[:], scratch.mocap_quat[:] = eps[i].mocap[:, :3], eps[i].mocap[:, 3:]
                 mujoco.mj_forward(scene.model, scratch)

@@ -116,7 +116,7 @@ def init_bank(scene: Scene, task: TaskSpec, n: int, seed: int, generator: str, s
 def object_xy(scene: Scene, state: np.ndarray, name: str) -> np.ndarray:
     """(n, 2) table position of a free object in full physics states (n, nstate)."""
     m = scene.model
-    adr = m.jnt_qposadr[m.joint(f"{name}_joint").id]
+    adr = m.jnt_qposadr[m.joint(scene.info[name].joints[0]).id]
     return state_to_qpos(m, state)[:, adr:adr + 2]
 
 

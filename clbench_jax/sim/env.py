@@ -55,6 +55,7 @@ class SceneConsts:
     gripper_range: jnp.ndarray  # (2, 2) the finger servos' ctrlrange
     token_static: jnp.ndarray  # (E, 3 + 3 + TOKEN_SHAPES) size, colour, shape one-hot
     token_joints: jnp.ndarray  # (E, MAX_TOKEN_JOINTS) joint index per entity, -1 for none
+    is_object: jnp.ndarray  # (E,) bool: a movable object (not a fixture)
 
 
 def scene_consts(scene: Scene) -> SceneConsts:
@@ -99,7 +100,8 @@ def scene_consts(scene: Scene) -> SceneConsts:
         joint_tests=JointTests(op=jnp.asarray(op), thr=jnp.asarray(thr)),
         robot_base=jnp.asarray(rm.base_pos, jnp.float32), chain=rm.chain,
         ud_static=jnp.asarray(control.userdata_static(rm), jnp.float32),
-        gripper_range=jnp.asarray(rm.gripper_ctrlrange, jnp.float32), token_static=jnp.asarray(static), token_joints=jnp.asarray(tj))
+        gripper_range=jnp.asarray(rm.gripper_ctrlrange, jnp.float32), token_static=jnp.asarray(static),
+        token_joints=jnp.asarray(tj), is_object=jnp.asarray([n in scene.objects for n in scene.entities]))
 
 
 def task_arrays(scene: Scene, task: TaskSpec, goal_atoms=None) -> TaskArrays:

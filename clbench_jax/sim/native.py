@@ -80,6 +80,7 @@ class NativeWorlds:
         self.sensordata = np.zeros((nworld, model.nsensordata))
         self._models = [model] * nworld
         self._control = np.zeros((nworld, n_substeps, mujoco.mj_stateSize(model, CONTROL_SPEC)))
+        self.diverged = np.zeros(nworld, bool)  # MuJoCo reset the world after a numerical instability
 
     def close(self):
         if self._rollout is not None:
@@ -96,6 +97,7 @@ class NativeWorlds:
         """Load full-physics states (n, nstate) and mocap poses (n, nmocap, 7); returns their sensor readings."""
         self.state[:] = state
         self.mocap[:] = mocap
+        self.diverged[:] = False
         d = self._datas[0]
         for i in range(self.n):
             mujoco.mj_setState(self.m, d, self.state[i], FULL)
@@ -130,9 +132,17 @@ class NativeWorlds:
             self._rollout.rollout(args[0], self._datas, *args[1:], **kw)
         else:
             mujoco.rollout.rollout(args[0], self._datas[:1], *args[1:], **kw)
+        # MuJoCo resets a world whose accelerations go bad (mj_checkAcc) and carries on from its default pose: the
+        # world's clock, which should have advanced n_substeps steps, tells.
+        expect = self.state[idx, 0] + self.nsub * self.m.opt.timestep
+        self.diverged[idx] |= out_state[:, -1, 0] < expect - 0.5 * self.m.opt.timestep
         self.state[idx] = out_state[:, -1]
         self.sensordata[idx] = out_sens[:, -1]
         return self.sensordata
+
+    def set_world(self, i: int, state: np.ndarray, mocap: np.ndarray) -> None:
+        """Start world i afresh from `state` and `mocap` (a new episode in a streaming batch)."""
+        self.state[i], self.mocap[i], self.diverged[i] = state, mocap, False
 
     def qvel_max(self) -> np.ndarray:
         """(n,) max |qvel| per world, for blow-up detection."""

@@ -32,6 +32,7 @@ OK, FAIL_NAN, FAIL_VELOCITY = 0, 1, 2
 FAIL_REASONS = {OK: "ok", FAIL_NAN: "non-finite physics state", FAIL_VELOCITY: "velocity blow-up"}
 QVEL_LIMIT = 1e3
 MOVE_THRESHOLD = 0.01  # action initiation: EE moved > 1 cm or a finger joint changed > 0.01
+REACH_RADIUS = 0.05  # first_reach: grip site within 5 cm of an object's body origin (not already so at reset)
 
 
 @struct.dataclass
@@ -44,6 +45,7 @@ class Records:
     ee_disp_max: jnp.ndarray  # (N,) max end-effector displacement from the post-reset position (m)
     gripper_change_max: jnp.ndarray  # (N,) max |finger joint change| from the post-reset state
     first_grasp: jnp.ndarray  # (N,) int32 entity index both fingers first closed on, -1 if none
+    first_reach: jnp.ndarray  # (N,) int32 first task object the hand came within REACH_RADIUS of, -1 if none
     length: jnp.ndarray  # (N,) int32 policy steps run
     done: jnp.ndarray  # (N,) bool
     fail_reason: jnp.ndarray  # (N,) int32 (FAIL_REASONS)
@@ -60,6 +62,7 @@ class Carry:
     key: jnp.ndarray  # (N, 2)
     ee0: jnp.ndarray  # (N, 3)
     finger0: jnp.ndarray  # (N, 2)
+    near0: jnp.ndarray  # (N, E) objects within REACH_RADIUS of the hand at reset (not counted as reached)
     osc: control.OscState  # (N, ...) robosuite's controller state per world
     trace: Any  # None, or per-step arrays (N, steps + 1, ...) when tracing
     t: jnp.ndarray  # scalar int32: control steps run (warm-up included)
@@ -122,7 +125,8 @@ def replay_policy(actions: np.ndarray) -> tuple[PolicyFn, Any]:
 def _init_records(n: int, k: int) -> Records:
     return Records(success=jnp.zeros((n, k), bool), first_success=jnp.full((n, k), -1, jnp.int32),
                    held_at_reset=jnp.zeros((n, k), bool), ee_disp_max=jnp.zeros(n), gripper_change_max=jnp.zeros(n),
-                   first_grasp=jnp.full(n, -1, jnp.int32), length=jnp.zeros(n, jnp.int32),
+                   first_grasp=jnp.full(n, -1, jnp.int32), first_reach=jnp.full(n, -1, jnp.int32),
+                   length=jnp.zeros(n, jnp.int32),
                    done=jnp.zeros(n, bool), fail_reason=jnp.zeros(n, jnp.int32))
 
 
@@ -154,6 +158,11 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
         new_succ = ok[:, None] & holds
         grasp = jax.vmap(lambda f: env.finger_contacts(c, f))(found)  # (N, E)
         grasp_idx = jnp.where(grasp.any(1), jnp.argmax(grasp, 1), -1)
+        dist = jnp.linalg.norm(sens[:, c.sens_entity_pos] - prop["ee_pos"][:, None], axis=-1)  # (N, E)
+        near = (dist < REACH_RADIUS) & c.is_object & tasks.present
+        near0 = jnp.where(at_reset, near, carry.near0)
+        reach = near & ~near0
+        reach_idx = jnp.where(reach.any(1), jnp.argmin(jnp.where(reach, dist, jnp.inf), 1), -1)
         rec = rec.replace(
             held_at_reset=jnp.where(at_reset, holds, rec.held_at_reset),
             success=rec.success | new_succ,
@@ -163,6 +172,7 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
             gripper_change_max=jnp.where(ok, jnp.maximum(rec.gripper_change_max,
                                                          jnp.abs(fingers - finger0).max(1)), rec.gripper_change_max),
             first_grasp=jnp.where(ok & (rec.first_grasp < 0), grasp_idx, rec.first_grasp),
+            first_reach=jnp.where(ok & (rec.first_reach < 0), reach_idx, rec.first_reach),
             length=jnp.where(live, step, rec.length),
             fail_reason=jnp.where(failed, jnp.where(bad_nan, FAIL_NAN, FAIL_VELOCITY), rec.fail_reason),
         )
@@ -187,8 +197,8 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
             row = {"ee_pos": prop["ee_pos"], "entity_pos": sens[:, c.sens_entity_pos], "holds": holds,
                    "joint_q": sens[:, c.sens_joint_q], "fingers": fingers, "action": act}
             trace = {k: v.at[:, t].set(row[k]) for k, v in trace.items()}
-        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, osc=osc, trace=trace,
-                              t=t + 1)
+        carry = carry.replace(rec=rec, pstate=pstate, key=key, ee0=ee0, finger0=finger0, near0=near0, osc=osc,
+                              trace=trace, t=t + 1)
         return carry, g_ctrl, udata
 
     return advance
@@ -218,7 +228,8 @@ def _new_carry(scene: Scene, batch: EpisodeBatch, pstate0, k: int, c: env.SceneC
     if batch.active is not None:
         rec = rec.replace(done=~jnp.asarray(batch.active, bool))
     return Carry(rec=rec, pstate=pstate0, key=jnp.asarray(batch.keys), ee0=jnp.zeros((n, 3)),
-                 finger0=jnp.zeros((n, 2)), osc=initial_osc(scene, batch.q0, n), trace=trace,
+                 finger0=jnp.zeros((n, 2)), near0=jnp.zeros((n, len(scene.entities)), bool),
+                 osc=initial_osc(scene, batch.q0, n), trace=trace,
                  t=jnp.asarray(0, jnp.int32))
 
 
@@ -313,7 +324,7 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
         for step in range(total + 1):
             if host is not None:
                 host["physics_state"][:, step], host["sensordata"][:, step] = worlds.state, sens
-            bad = worlds.qvel_max() > QVEL_LIMIT
+            bad = (worlds.qvel_max() > QVEL_LIMIT) | worlds.diverged
             imgs = renderer.render(worlds.state, worlds.mocap, live) if renderer is not None else None
             carry, g_ctrl, udata = advance(carry, tasks, goals, jnp.asarray(sens), jnp.asarray(sens[:, pf]),
                                            jnp.asarray(worlds.qpos()[:, rq]), jnp.asarray(bad), imgs)
