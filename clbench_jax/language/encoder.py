@@ -335,7 +335,7 @@ def minilm_embeddings(texts: Sequence[str], cache_path: str | Path | None = None
     cache file written by MiniLM is used as it is.
     """
     from clbench_jax.language.cache import EmbeddingCache
-    from clbench_jax.sim.init_states import cache_dir
+    from clbench_jax.paths import cache_dir
 
     path = Path(cache_path) if cache_path is not None else cache_dir() / "minilm_embeddings.npz"
     try:

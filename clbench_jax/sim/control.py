@@ -22,7 +22,6 @@ this does not (one 2 ms substep per episode; its effect is in the open-loop comp
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct

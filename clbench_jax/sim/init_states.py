@@ -24,7 +24,7 @@ import mujoco
 import numpy as np
 
 from clbench_jax.errors import DataFileError
-from clbench_jax.paths import cache_dir, init_states_path  # noqa: F401  (cache_dir: re-exported for callers)
+from clbench_jax.paths import init_states_path
 from clbench_jax.sim import entities
 from clbench_jax.sim.native import FULL, NativeWorlds
 from clbench_jax.sim.scene import Scene
