@@ -187,7 +187,7 @@ def test_report_merges_seed_folders(tmp_path):
     with pytest.raises(ClbenchError, match="has not finished"):
         merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
     (tmp_path / "b" / "grid" / "hold.h5").rename(tmp_path / "b" / "grid" / "episodes.h5")
-    doc = merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"], log=lambda m: None)
+    doc = finalize(merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"]), log=lambda m: None)
     assert doc["episodes"] == 2 * len(_episode_table()["seed"])
     o = doc["metrics"]["seqft"]["original"]
     assert o["nbt"]["per_seed"] == pytest.approx([0.5, 0.5]) and o["final"]["std"] == 0.0

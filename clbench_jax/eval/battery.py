@@ -1,9 +1,10 @@
-"""Seed 000's action-level battery and Table III, from a run folder.
+"""Seed 000's action-level battery and Table III: computations only (eval/run.py runs them on a run folder, the
+report reads their file).
 
 Action level (RUN/action_level.json): for the final checkpoint of every (method, seed) of the run, on every task j,
 a fixed sample of demonstration windows of task j (up to `n_windows`, drawn once per task from the grid seed, the
 same windows for every method) is fed to the policy under the original instruction and under each perturbed
-instruction of the run's variant set (paraphrase, contrast, collision). Per variant: Action Divergence and the
+instruction of the run's variant set (paraphrase, contrast, collision, probe, swap, nonsense). Per variant: Action Divergence and the
 expert-action Language Margin (`language_metrics.action_level`, the last step of each full window); per condition:
 variants averaged equally. The file is written atomically after each (method, seed), so an interrupted computation
 resumes with the runs it lacks; a file whose fingerprint (windows, seed, policy, tasks, variants, demo files)
@@ -36,7 +37,7 @@ FORMAT = "clbench-action-level"
 VERSION = 1
 N_WINDOWS = 256
 FILE = "action_level.json"
-PERTURBED = ("paraphrase", "contrast", "collision")
+PERTURBED = ("paraphrase", "contrast", "collision", "probe", "swap", "nonsense")
 
 
 def _log(msg: str) -> None:
@@ -160,81 +161,6 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
         doc["runs"][key(c)] = entry
         write_json(out_path, doc)  # after every run: an interrupted computation resumes from here
     return doc
-
-
-# ------------------------------------------------------------------------------------------- from a run folder
-def variant_file(variants: str | None) -> Path | None:
-    """The run config's grid.variants path (configs name files relative to the repository, as run.grid_spec)."""
-    if not variants:
-        return None
-    path = Path(variants)
-    if not path.exists() and not path.is_absolute():
-        path = Path(__file__).resolve().parents[2] / path
-    return path
-
-
-def run_action_level(run_dir, *, n_windows: int = N_WINDOWS, batch_size: int | None = None,
-                     log: Callable[[str], None] = _log) -> tuple[dict | None, str | None]:
-    """RUN/action_level.json for the run's final checkpoints -> (document or None, a note on why it was skipped or
-    reused as it is, or None). Needs config.yaml, the variant file, the demos and the checkpoints; without the demos
-    an existing file is reused unchecked."""
-    from clbench_jax.eval.grid import embed_variants
-    from clbench_jax.eval.run import (finished_stages, grid_settings, grid_spec, load_run_config, run_tasks,
-                                      stage_checkpoints, train_config)
-    from clbench_jax.lifelong.data import demo_path, has_demos
-    from clbench_jax.lifelong.loop import make_policy
-
-    run_dir = Path(run_dir)
-    out = run_dir / FILE
-    if not (run_dir / "config.yaml").exists():
-        return None, "no config.yaml in the run folder"
-    cfg = load_run_config(run_dir / "config.yaml")
-    g = grid_settings(cfg)
-    if not g["variants"]:
-        return None, "the run has no variant file (original instructions only)"
-    tasks = run_tasks(cfg)
-    first = train_config(cfg, cfg.methods[0], cfg.seeds[0])
-    def demos_of(t):  # True / False (collected, none kept: the oracle never solved it) / None (no file)
-        try:
-            return has_demos(first.demos_dir, t)
-        except DataFileError:
-            return None
-
-    have = [demos_of(t) for t in tasks]
-    missing = [t.name for t, h in zip(tasks, have) if h is None]
-    if missing:
-        why = f"no demos for task {missing[0]} in {first.demos_dir}"
-        if out.exists():
-            return read_action_level(out), f"{why}; using the existing {FILE} as it is"
-        return None, why
-    spec = grid_spec(cfg, tasks, first.obs, first.image_size)
-    if not any(v.condition in PERTURBED for vs in spec.variants for v in vs):
-        return None, "no perturbed instruction in the run's variant set"
-    cks, absent, stamps = [], [], {}
-    for m in cfg.methods:
-        for s in cfg.seeds:
-            tdir = run_dir / "train" / f"{m}_s{s}"
-            stages = finished_stages(tdir)
-            final = [c for c in (stage_checkpoints(tdir, train_config(cfg, m, s), len(tasks), m) if stages else [])
-                     if c.stage == len(tasks) - 1]
-            if final:
-                cks.append(final[-1])
-                step = tdir / "checkpoints" / str(stages[-1])
-                stamps[f"{m}_s{s}"] = f"{stages[-1]}:{step.stat().st_mtime_ns}"
-            else:
-                absent.append(f"{m} seed {s}")
-    if absent:
-        log(f"action level: no final checkpoint for {', '.join(absent)}")
-    if not cks:
-        return None, "no final checkpoint under train/"
-    policy = make_policy(first)
-    doc = compute_action_level(out, cks, policy, [t.name for t in tasks], spec.variants,
-                               [demo_path(first.demos_dir, t) if h else None for t, h in zip(tasks, have)],
-                               obs=first.obs,
-                               embed=lambda: embed_variants(spec, first.lang, cfg.suite), n_windows=n_windows,
-                               seed=g["seed"], batch_size=batch_size or (32 if first.obs == "rgb" else None),
-                               identity={"lang": first.lang}, stamps=stamps, log=log)
-    return doc, None
 
 
 # ------------------------------------------------------------------------------------------- summaries

@@ -44,9 +44,10 @@ def _log(msg: str) -> None:
 
 
 def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = None,
-             action_level: bool = True) -> dict:
-    """Aggregate grid/episodes.h5 into metrics.json and write report.md + plots -> the metrics dict.
-    `action_level`: compute (or reuse) action_level.json when the run's checkpoints and demos exist."""
+             action_note: str | None = None) -> dict:
+    """Aggregate grid/episodes.h5 (and the floors' episodes) into metrics.json and write report.md + plots -> the
+    metrics dict. Reads the run folder's files only: the action level comes from action_level.json when the run
+    wrote one (eval/run.py computes it); `action_note` says why it is missing or stale."""
     from clbench_jax.eval import aggregate, battery
     from clbench_jax.eval.episodes import read_columns
 
@@ -65,12 +66,12 @@ def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = Non
                      zip(cols["method"], cols["seed"], cols["stage"], cols["task"], cols["status"])
                      if str(st).startswith("failed cell")})
     physics = int(np.char.startswith(cols["status"].astype(str), "physics").sum())
-    act, note = None, "disabled (finalize(action_level=False))"
-    if action_level:
+    act, note = None, action_note or f"no {battery.FILE} in the run folder"
+    if (run_dir / battery.FILE).exists():
         try:
-            act, note = battery.run_action_level(run_dir, log=log)
-        except ClbenchError as e:  # a bad demo file or config: the report goes on without the action level
-            act, note = None, f"failed: {e}"
+            act, note = battery.read_action_level(run_dir / battery.FILE), action_note
+        except ClbenchError as e:
+            note = f"unreadable: {e}"
     if note:
         log(f"action-level metrics: {note}")
     cov, cov_note = variant_coverage(run_dir)
@@ -89,14 +90,15 @@ def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = Non
 MERGE_KEYS = ("tasks", "goal_columns", "spec")  # what makes two grid folders parts of one grid
 
 
-def merge_runs(out_dir: str | os.PathLike, sources: list, log: Callable[[str], None] | None = None) -> dict:
+def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     """Merge the finished grids of run folders that evaluated disjoint (method, seed) runs of one grid (seeds run
-    on different machines or at different times) into `out_dir`, then report -> the metrics dict.
+    on different machines or at different times) into `out_dir` -> out_dir (report it with eval.run.report).
 
     The grids must agree on tasks, the variants' goal columns and the grid settings, and the folders' config.yaml
     on everything but methods and seeds. out_dir gets grid/episodes.h5 (the sources' episodes, concatenated),
-    config.yaml (methods and seeds united), train/ links to the sources' runs, and a grid.json whose fingerprint
-    names the sources, so `clbench run` there refuses to start a new grid over the merged one."""
+    config.yaml (methods and seeds united), train/ links to the sources' runs, the floors of the first source that
+    has each (they depend only on the grid), and a grid.json whose fingerprint names the sources, so `clbench run`
+    there refuses to start a new grid over the merged one."""
     import yaml
 
     from clbench_jax.eval import episodes
@@ -142,7 +144,13 @@ def merge_runs(out_dir: str | os.PathLike, sources: list, log: Callable[[str], N
         merged = dict(configs[0][1], methods=list(dict.fromkeys(m for m, _ in owner)),
                       seeds=sorted({s for _, s in owner}))
         write_text(out / "config.yaml", yaml.safe_dump(merged, sort_keys=False))
-    return finalize(out, log=log)
+    from clbench_jax.eval.floors import floor_episode_files
+
+    for src in map(Path, reversed(sources)):  # the first source that has a floor wins
+        for kind, path in floor_episode_files(src).items():
+            cols, meta = episodes.read_columns(path)
+            episodes.write_columns(out / "floors" / kind / "episodes.h5", cols, meta)
+    return out
 
 
 LANGUAGE = {"contrast": ("target_sr", "gsa", "original_persistence"), "collision": ("ogp", "cgar", "air")}
@@ -201,15 +209,16 @@ def variant_coverage(run_dir: Path) -> tuple[dict | None, str | None]:
     (coverage, None) or (None, why not)."""
     import yaml
 
-    from clbench_jax.eval.battery import variant_file
     from clbench_jax.language.variants import coverage, read_variants
+    from clbench_jax.paths import repo_file
 
     cfg = run_dir / "config.yaml"
     if not cfg.exists():
         return None, "no config.yaml in the run folder"
-    path = variant_file(((yaml.safe_load(cfg.read_text()) or {}).get("grid") or {}).get("variants"))
-    if path is None:
+    name = ((yaml.safe_load(cfg.read_text()) or {}).get("grid") or {}).get("variants")
+    if not name:
         return None, "the run has no variant file"
+    path = repo_file(name)
     try:
         return dict(coverage(read_variants(path)), file=str(path)), None
     except ClbenchError as e:
