@@ -197,8 +197,12 @@ def test_variants_from_file():
         assert [x.condition == "probe" for x in v[1:]] == [x.get("probe") == "unverified" for x in kept]
         assert all(x.goal is None for x in v if x.condition in ("collision", "probe"))
         assert all(x.goal == v[0].goal for x in v if x.condition == "paraphrase")
-        # Goal columns are the language battery's audited goals, in the same order.
-        assert G.goal_columns(v) == audited_goals(doc[task.name])
+        # Goal columns: the language battery's audited goals, in the same order, then the swaps' other goals.
+        cols, k = G.goal_columns(v), G.n_audited(v)
+        assert cols[:k] == audited_goals(doc[task.name])
+        swaps = [x.goal for x in v if x.condition == "swap"]
+        assert set(cols[k:]) == set(swaps) - set(cols[:k]) and len(cols) == len(set(cols))
+        assert all(G.target_column(v, x) >= 0 for x in v if x.condition in ("swap", "nonsense"))
 
 
 def test_settings_errors_stop_the_grid(setup, tmp_path):
