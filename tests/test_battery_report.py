@@ -324,7 +324,10 @@ def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):
     assert doc["action_level"] == dict(doc["action_level"], file="action_level.json", note=None)
     act = battery.read_action_level(tmp_path / "action_level.json")
     got = [t["conditions"] for t in act["runs"]["seqft_s0"]["tasks"]]
-    assert all(set(c) == {"paraphrase", "contrast", "collision"} for c in got)  # both tasks have all three
+    # every perturbed instruction condition of each task (occ changes observations: no action level); the drawer
+    # task has no swap (no other object can be opened)
+    five = sorted(("paraphrase", "contrast", "collision", "swap", "nonsense"))
+    assert [sorted(c) for c in got] == [[c for c in five if c != "swap"], five]
     assert all(c[k]["variants"] == 1 and c[k]["ad"] > 0 for c in got for k in c)  # max_per_condition: 1
     s = doc["action_level"]["summary"]["seqft"]["collision"]["ad"]["mean"]
     assert s == pytest.approx(np.mean([c["collision"]["ad"] for c in got]))

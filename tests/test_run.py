@@ -11,7 +11,8 @@ import yaml
 from clbench_jax.errors import ClbenchError
 from clbench_jax.eval import episodes
 from clbench_jax.eval.report import finalize
-from clbench_jax.eval.run import load_run_config
+from clbench_jax.eval.grid import CONDITIONS
+from clbench_jax.eval.run import load_run_config, train_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,9 +54,11 @@ def test_report_from_files(tmp_path):
                                                     "curve_epochs": [[0, 5, 10], [0, 5]]}))
     doc = finalize(tmp_path)
     o = doc["metrics"]["seqft"]["original"]
-    assert o["fwt"]["mean"] == pytest.approx((1 / 3 + 1) / 2)
+    # paraphrases have no learning curves: one FWT definition for every condition, S[j, j]
+    assert doc["fwt_definition"] == "S[j, j]"
+    assert o["fwt"]["mean"] == pytest.approx((0.5 + 1) / 2)
     assert o["nbt"]["mean"] == pytest.approx(0.5)  # S[0,0] - S[1,0]
-    assert o["auc"]["mean"] == pytest.approx(((1 / 3 + 0) / 2 + 1) / 2)
+    assert o["auc"]["mean"] == pytest.approx(((0.5 + 0) / 2 + 1) / 2)
     assert o["final"]["mean"] == pytest.approx(0.5) and o["final"]["std"] == 0.0
     p = doc["metrics"]["seqft"]["paraphrase"]
     assert doc["success"]["seqft"]["mean"][1][0][1] is None  # the failed cell is missing, not 0
@@ -71,12 +74,32 @@ def test_report_from_files(tmp_path):
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved["metrics"] == json.loads(json.dumps(doc["metrics"]))
     md = (tmp_path / "report.md").read_text()
-    assert "| seqft | 1 | 66.7 ± 0.0 | 50.0 ± 0.0 | 58.3 ± 0.0 | 50.0 ± 0.0 |" in md
+    assert "| seqft | 1 | 75.0 ± 0.0 | 50.0 ± 0.0 | 62.5 ± 0.0 | 50.0 ± 0.0 |" in md
+    assert "FWT definition for every condition of this report: S[j, j]" in md
     assert "| 1: task_b | 100.0 ± 0.0 |" in md
-    assert "| seqft | 100.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 |" in md
+    # target SR, GSA, its no-switch baseline (task 1's original rollouts never reach the contrast goal), persistence,
+    # OGP, CGAR, AIR
+    assert "| seqft | 100.0 ± 0.0 | 50.0 ± 0.0 | 0.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 |" in md
     assert "non-finite values in parameter x" in md
     for png in ("success_seqft.png", "curves_seqft_s0.png"):
         assert (tmp_path / png).stat().st_size > 1000
+
+
+def test_fwt_from_learning_curves_when_they_serve_every_condition(tmp_path):
+    """Original instructions only, curves for every run: LIBERO's curve-based FWT (and AUC)."""
+    cols = _episode_table()
+    keep = cols["condition"] == "original"
+    episodes.write_columns(tmp_path / "grid" / "episodes.h5", {k: v[keep] for k, v in cols.items()},
+                           {"tasks": ["task_a", "task_b"]})
+    train = tmp_path / "train" / "seqft_s0"
+    train.mkdir(parents=True)
+    (train / "metrics.json").write_text(json.dumps({"config": {"algo": "seqft", "seed": 0},
+                                                    "curves": [[0.0, 0.5, 0.25], [1.0, 0.5]]}))
+    doc = finalize(tmp_path, log=lambda m: None)
+    o = doc["metrics"]["seqft"]["original"]
+    assert doc["fwt_definition"] == "learning curves (LIBERO)"
+    assert o["fwt"]["mean"] == pytest.approx((1 / 3 + 1) / 2)  # curves held at their peak: [0, .5, .5], [1, 1]
+    assert o["auc"]["mean"] == pytest.approx(((1 / 3 + 0) / 2 + 1) / 2)
 
 
 def test_report_needs_the_episode_file(tmp_path):
@@ -89,7 +112,11 @@ def test_run_config_errors(tmp_path):
     assert cfg.methods == ("seqft", "er") and cfg.n_tasks == 2
     for name in ("full_libero_goal", "full_libero_spatial", "full_libero_object", "full_libero_10"):
         full = load_run_config(REPO / "configs" / f"{name}.yaml")
-        assert full.seeds == (0, 1, 2) and full.grid["n_rollouts"] == 20 and full.grid["horizon"] == 600
+        assert full.seeds == (100, 200, 300) and full.grid["n_rollouts"] == 20 and full.grid["horizon"] == 600
+        # LIBERO's settings where the config claims LIBERO's protocol: sampled actions, padding kept, std floor 1e-4
+        t = train_config(full, full.methods[0], full.seeds[0])
+        assert (t.deterministic_eval, t.mask_padding, t.gmm_min_std, t.lr) == (False, False, 1e-4, 1e-4)
+        assert set(full.grid["conditions"]) == set(CONDITIONS) and full.grid["max_per_condition"] is None
     bad = {"suite": "libero_goal", "methods": ["seqft"], "grid": {"rollouts": 3}}
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(ClbenchError, match="grid.rollouts"):
@@ -103,6 +130,15 @@ def test_run_config_errors(tmp_path):
     (tmp_path / "d.yaml").write_text(yaml.safe_dump({"train": {"epochs": -1}}))
     with pytest.raises(ClbenchError, match="epochs"):
         load_run_config(tmp_path / "d.yaml")
+    # condition, face and floor names the grid does not know: the error lists the known ones
+    for i, (grid, field, listed) in enumerate((({"conditions": ["original", "swapp"]}, "grid.conditions", "nonsense"),
+                                               ({"final_only": ["occ", "xx"]}, "grid.final_only", "probe"),
+                                               ({"floors": ["zero"]}, "grid.floors", "random-motion"),
+                                               ({"conditions": ["paraphrase"]}, "grid.conditions", "original"))):
+        (tmp_path / f"g{i}.yaml").write_text(yaml.safe_dump({"grid": grid}))
+        with pytest.raises(ClbenchError, match=listed) as e:
+            load_run_config(tmp_path / f"g{i}.yaml")
+        assert e.value.field == field and f"g{i}.yaml" in str(e.value)
 
 
 TOY = """

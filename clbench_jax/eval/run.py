@@ -103,7 +103,7 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
     try:
         check_floors(g["floors"])
     except ClbenchError as e:
-        raise ClbenchError(str(e), file=where, field="grid.floors") from None
+        raise ClbenchError(e.message, file=where, field="grid.floors") from None
     if "occ" in g["conditions"]:  # a policy with nothing to blank fails here, before any training
         from clbench_jax.eval.faces import occlusion_keys
         from clbench_jax.lifelong.loop import make_policy
@@ -112,7 +112,7 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
         try:
             occlusion_keys(obs_keys(make_policy(train_config(cfg, cfg.methods[0], cfg.seeds[0]))))
         except ClbenchError as e:
-            raise ClbenchError(str(e), file=where, field="grid.conditions") from None
+            raise ClbenchError(e.message, file=where, field="grid.conditions", token="occ") from None
     chunk = g["chunk"]
     try:  # a bad grid.chunk fails here, before hours of training
         check_chunk(chunk)
