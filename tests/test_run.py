@@ -241,3 +241,29 @@ def test_report_merges_seed_folders(tmp_path):
     with pytest.raises(ClbenchError, match="run config differs") as e:
         merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "d"])
     assert "d/config.yaml" in str(e.value)
+
+
+def test_eval_modules_import_one_way():
+    """No import cycle among clbench_jax/eval's modules (module- or function-level imports): the report reads run
+    folders and never calls back into the run (DESIGN: run -> report -> battery -> run was a knot)."""
+    import ast
+
+    folder = REPO / "clbench_jax" / "eval"
+    deps = {}
+    for f in folder.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("clbench_jax.eval"):
+                names |= ({a.name for a in node.names} if node.module == "clbench_jax.eval"
+                          else {node.module.split(".")[-1]})
+        deps[f.stem] = names & {p.stem for p in folder.glob("*.py")}
+    assert "run" not in deps["report"] and "run" not in deps["battery"] and "report" in deps["run"]
+
+    def reach(start, seen):
+        for d in deps[start]:
+            if d not in seen:
+                seen.add(d)
+                reach(d, seen)
+        return seen
+
+    assert [m for m in deps if m in reach(m, set())] == []

@@ -190,10 +190,10 @@ def ran_episodes(cols: dict) -> np.ndarray:
 
 
 def pair_rows(cols: dict, n_tasks: int, doc: dict | None = None) -> list[dict]:
-    """One row per eligible (method, seed, task): collision OGP / CGAR / AIR of the task's rollouts at the final
-    checkpoint (stage n_tasks - 1) and, from the action-level document, the task's collision AD / LM (NaN when
+    """One row per eligible (method, seed, task): collision OGP / CGAR / AIR (over the audited goal columns) of the
+    task's statically verified collision rollouts at the final checkpoint (stage n_tasks - 1) and, from the action-level document, the task's collision AD / LM (NaN when
     absent)."""
-    from clbench_jax.eval.language_metrics import collision_metrics
+    from clbench_jax.eval.language_metrics import audited_only, collision_metrics
 
     act = {}
     for r in (doc or {}).get("runs", {}).values():
@@ -206,8 +206,10 @@ def pair_rows(cols: dict, n_tasks: int, doc: dict | None = None) -> list[dict]:
     rows = []
     for key in sorted({(str(a), int(b), int(c)) for a, b, c in zip(method, seed, task)}):
         r = np.flatnonzero(m)[(method == key[0]) & (seed == key[1]) & (task == key[2])]
-        res = collision_metrics(cols["task"][r], cols["variant"][r], cols["success"][r], cols["held_at_reset"][r],
-                                cols["action_initiated"][r])
+        k = np.asarray(cols["success"]).shape[1]
+        succ, held = audited_only(cols["success"][r], cols["held_at_reset"][r],
+                                  np.asarray(cols.get("n_audited", np.full(len(cols["task"]), k)))[r])
+        res = collision_metrics(cols["task"][r], cols["variant"][r], succ, held, cols["action_initiated"][r])
         a = act.get(key, {})
         rows.append({"method": key[0], "seed": key[1], "task": key[2], "ogp": res["ogp"], "cgar": res["cgar"],
                      "air": res["air"], "ad": a.get("ad", float("nan")), "lm": a.get("lm", float("nan"))})
