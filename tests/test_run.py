@@ -183,9 +183,25 @@ def test_run_end_to_end(tmp_path):
     cols, meta = episodes.read_columns(out / "grid" / "episodes.h5")
     assert set(cols["method"]) == {"seqft", "packnet"} and (cols["status"] == "ok").all()
     assert meta["checkpoints"] == [["seqft", 0, 0], ["seqft", 0, 1], ["packnet", 0, 0], ["packnet", 0, 1]]
-    # variants: original + at most one of each other condition per task, 2 rollouts, cells j <= t
-    per_task = [len({v for v, t in zip(cols["variant"], cols["task"]) if t == j}) for j in (0, 1)]
-    assert len(cols["method"]) == 2 * 2 * (2 * per_task[0] + per_task[1])
+    # variants: original + at most one of each other condition per task, 2 rollouts, cells j <= t; probes and the
+    # seed-004 faces only at the last stage
+    cells = {}
+    for m, st, j, v, c in zip(cols["method"], cols["stage"], cols["task"], cols["variant"], cols["condition"]):
+        cells.setdefault((m, st, j), {}).setdefault(v, []).append(c)
+    assert all(len(cs) == 2 for vs in cells.values() for cs in vs.values())
+    faces = {"probe", "swap", "occ", "nonsense"}
+    for m in ("seqft", "packnet"):
+        early, late = cells[(m, 0, 0)], cells[(m, 1, 0)]
+        assert not faces & {c[0] for c in early.values()} and set(early) < set(late)
+        both = [c[0] for j in (0, 1) for c in cells[(m, 1, j)].values()]  # the stove task has no swap
+        assert {"swap", "occ", "nonsense"} <= set(both)
+        assert all(sum(c[0] == k for c in late.values()) <= 1 for k in faces)  # max_per_condition: 1
+    assert len(cols["method"]) == 2 * sum(len(vs) for vs in cells.values())
+    # the floors ran the final-stage battery; the report reads them beside the methods
+    for floor in ("do-nothing", "random-motion"):
+        fc, _ = episodes.read_columns(out / "floors" / floor / "episodes.h5")
+        assert set(fc["method"]) == {floor} and len(fc["method"]) == 2 * (len(cells[("seqft", 1, 0)]) +
+                                                                        len(cells[("seqft", 1, 1)]))
     doc = json.loads((out / "metrics.json").read_text())
     assert set(doc["metrics"]) == {"seqft", "packnet"}
     assert doc["success"]["seqft"]["mean"][0][1][0] is None and doc["success"]["seqft"]["mean"][1][1][0] is not None
@@ -196,6 +212,8 @@ def test_run_end_to_end(tmp_path):
     assert main(["report", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["metrics"] == doc["metrics"]
     assert (out / "report.md").exists() and (out / "success_packnet.png").exists()
+    md = (out / "report.md").read_text()
+    assert "| floor: random-motion |" in md and "Counterfactual battery (seed 004)" in md
 
 
 def _merge_source(folder: Path, seed: int, spec: dict, cfg: dict) -> None:
