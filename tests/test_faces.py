@@ -160,3 +160,18 @@ def test_floors_run_the_battery_for_real(tmp_path):
         per = [moving["ee_disp_max"][m & (moving["variant"] == v.id)] for v in variants[j]]
         for x in per[1:]:
             np.testing.assert_array_equal(x, per[0])
+
+
+def test_every_table_has_the_floor_rows(tmp_path):
+    """Seed 000's per-slot and collision tables and the per-task table carry the floors too."""
+    episodes.write_columns(tmp_path / "grid" / "episodes.h5", _battery_rows(), {"tasks": ["task_a"]})
+    floor = _battery_rows("random-motion")
+    episodes.write_columns(tmp_path / "floors" / "random-motion" / "episodes.h5", floor, {"tasks": ["task_a"]})
+    finalize(tmp_path, log=lambda m: None)
+    md = (tmp_path / "report.md").read_text()
+    per_slot = md.split("Figure 3)")[1].split("![")[0]
+    collisions = md.split("(Figure 4)")[1].split("![")[0]
+    per_task = md.split("## Final success per task")[1].split("##")[0]
+    for table in (per_slot, collisions):
+        assert "| m |" in table and "| floor: random-motion |" in table
+    assert "| task | m | floor: random-motion |" in per_task and "| 0: task_a | 50.0 ± 0.0 | 50.0 ± 0.0 |" in per_task

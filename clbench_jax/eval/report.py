@@ -63,7 +63,7 @@ def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = Non
     tensors = aggregate.success_tensors(cols, len(tasks))
     curves = learning_curves(run_dir)
     metrics = aggregate.seed_metrics(tensors, curves)
-    floors, _ = floors_battery(run_dir, len(tasks), log)
+    floors, _ = floors_battery(run_dir, len(tasks))
     failed = sorted({(str(m), int(s), int(t), int(j), str(st)) for m, s, t, j, st in
                      zip(cols["method"], cols["seed"], cols["stage"], cols["task"], cols["status"])
                      if str(st).startswith("failed cell")})
@@ -238,7 +238,7 @@ def language_battery(cols: dict, n_tasks: int) -> dict:
     return out
 
 
-def floors_battery(run_dir: Path, n_tasks: int, log) -> tuple[dict, dict]:
+def floors_battery(run_dir: Path, n_tasks: int) -> tuple[dict, dict]:
     """The floors' numbers (RUN/floors/<floor>/episodes.h5, eval/floors.py) -> ({"metrics", "language",
     "episodes", "files"}, their S tensors). A floor runs at the last stage only; it does not learn, so its
     S[t, j] is its final S[K-1, j] at every stage."""
@@ -256,6 +256,7 @@ def floors_battery(run_dir: Path, n_tasks: int, log) -> tuple[dict, dict]:
     cols = concat([{k: p[k] for k in common} for p in parts])
     tensors = aggregate.broadcast_final(aggregate.success_tensors(cols, n_tasks))
     return {"metrics": aggregate.seed_metrics(tensors), "language": language_battery(cols, n_tasks),
+            "success": aggregate.to_json(tensors),
             "paraphrase_kinds": aggregate.gap_by_kind(cols, n_tasks), "episodes": int(len(cols["method"])),
             "files": {k: str(v.relative_to(run_dir)) for k, v in files.items()}}, tensors
 
@@ -379,13 +380,18 @@ def write_report(run_dir: Path, doc: dict, tensors: dict, curves: dict) -> None:
                              + " | ".join(_pm(x.get(k)) for k in LANGUAGE["collision"]) + " |")
     lines += counterfactual_sections(doc)
     lines += battery_sections(run_dir, doc)
+    fs = doc.get("floors", {}).get("success", {})
     lines += ["", "## Final success per task (original instructions, after the last stage)", "",
-              "| task | " + " | ".join(tensors) + " |", "|---|" + "---|" * len(tensors)]
+              "| task | " + " | ".join(list(tensors) + [f"floor: {f}" for f in fs]) + " |",
+              "|---|" + "---|" * (len(tensors) + len(fs))]
     for j, t in enumerate(tasks):
         cells = []
         for m, d in tensors.items():
             mu, sd = d["mean"][-1, j, 0], d["std"][-1, j, 0]
             cells.append("n/a" if not np.isfinite(mu) else f"{100 * mu:.1f} ± {100 * sd:.1f}")
+        for d in fs.values():
+            mu, sd = d["mean"][-1][j][0], d["std"][-1][j][0]
+            cells.append("n/a" if mu is None else f"{100 * mu:.1f} ± {100 * sd:.1f}")
         lines.append(f"| {j}: {t} | " + " | ".join(cells) + " |")
     lines += ["", "## Success matrices and learning curves", ""]
     for m, d in tensors.items():
@@ -464,7 +470,7 @@ def battery_sections(run_dir: Path, doc: dict) -> list[str]:
     from clbench_jax.eval.battery import TABLE3
     from clbench_jax.eval.language_metrics import ACHIEVED, SLOTS
 
-    lang, lines = doc["language"], []
+    lang, lines = dict(_with_floors(doc, "language")), []
     slots = {m: r["contrast_per_slot"] for m, r in lang.items() if "contrast_per_slot" in r}
     if slots:
         lines += ["", "### Contrasts per edited slot (Figure 3)", "",
