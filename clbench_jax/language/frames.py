@@ -549,22 +549,37 @@ def phrase_index(task: TaskSpec) -> dict[str, tuple[frozenset, str | None]]:
     return out
 
 
-def mentions(task: TaskSpec, text: str) -> set[tuple[frozenset, str | None]]:
-    """What a text names: (entities a phrase may name, part) for each phrase found, longest phrases first and
-    without overlap; a part also mentions its fixture. Two texts that mention the same set name the same things."""
+def mention_phrases(task: TaskSpec, text: str) -> list[tuple[str, frozenset, str | None]]:
+    """The naming phrases of a text, in text order: (phrase, entities it may name, part), longest phrases first and
+    without overlap."""
     index = phrase_index(task)
     t = " ".join(re.sub(r"[^a-z0-9 ]+", " ", text.lower()).split())
     taken = [False] * len(t)
-    found = set()
+    found = []
     for p in sorted(index, key=len, reverse=True):
         for m in re.finditer(r"\b" + re.escape(p) + r"\b", t):
             if not any(taken[m.start():m.end()]):
                 taken[m.start():m.end()] = [True] * (m.end() - m.start())
-                ents, part = index[p]
-                found.add((ents, part))
-                if part:
-                    found.add((ents, None))
+                found.append((m.start(), p, *index[p]))
+    return [f[1:] for f in sorted(found)]
+
+
+def mentions(task: TaskSpec, text: str) -> set[tuple[frozenset, str | None]]:
+    """What a text names: (entities a phrase may name, part) for each naming phrase; a part also mentions its
+    fixture. Two texts that mention the same set name the same things."""
+    found = set()
+    for _, ents, part in mention_phrases(task, text):
+        found.add((ents, part))
+        if part:
+            found.add((ents, None))
     return found
+
+
+def name_kind(task: TaskSpec, phrase: str, entities) -> str | None:
+    """"lexicon" / "synonym" / "hypernym": how `phrase` names the entities (None for a part or an unknown phrase)."""
+    kinds = {_names(task, e).get(phrase.removesuffix("s")) or _names(task, e).get(phrase) for e in entities}
+    kinds.discard(None)
+    return min(kinds, key=NAME_KINDS.index) if kinds else None
 
 
 def unique_names(task: TaskSpec, entity: str, kind: str) -> list[str]:

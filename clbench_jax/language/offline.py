@@ -24,12 +24,12 @@ from typing import NamedTuple
 
 from clbench_jax.errors import ClbenchError
 from clbench_jax.language import frames as F
+from clbench_jax.language.kinds import KINDS
+from clbench_jax.language.kinds import structure as kinds_structure
 from clbench_jax.language.variants import Candidate, words
 from clbench_jax.tasks.spec import Atom, TaskSpec
 
 GRAMMAR_VERSION = 2
-KINDS = ("synonym", "hypernym", "question", "need", "hint", "modifier_added", "modifier_dropped", "coordination",
-         "subordination", "composition")
 PLACE_VERBS = {"synonym": ("place", "set", "drop", "stick"), "hypernym": ("move", "get")}
 PUSH_VERBS = {"synonym": ("slide", "shove", "nudge"), "hypernym": ("move",)}
 STATE_VERBS = {"open": {"synonym": ("pull open",)}, "close": {"synonym": ("shut", "push shut")},
@@ -268,7 +268,6 @@ def _render(recipe: Recipe, clauses: list[Said], original: str) -> tuple[str, se
     tpl, alt = recipe.template, recipe.alt
     imps = lambda cs: [_imperative(c, o, t, _verb(c, recipe.verb, alt, kinds)) for c, o, t in cs]  # noqa: E731
     join = (lambda xs: ", then ".join(xs) if alt % 2 else " and ".join(xs))  # noqa: E731
-    structure = "coordinated" if len(named) > 1 else "simple"
     if tpl == "imperative":
         text = join(imps(named))
         if alt >= 0:
@@ -281,7 +280,6 @@ def _render(recipe: Recipe, clauses: list[Said], original: str) -> tuple[str, se
     elif tpl == "need":
         text = f"{NEEDS[alt % len(NEEDS)]} " + " and ".join(_result(c, o, t) for c, o, t in named)
         kinds.add("need")
-        structure = "simple"
     elif tpl == "hint":
         parts = []
         for c, o, t in named:
@@ -292,12 +290,10 @@ def _render(recipe: Recipe, clauses: list[Said], original: str) -> tuple[str, se
             parts.append(_result(c, o, t, aux))
         text = ", and ".join(parts)
         kinds.add("hint")
-        structure = "coordinated" if len(named) > 1 else "simple"
     elif tpl == "pickplace":
         text = join([f"pick up the {o} and {_verb(c, recipe.verb, alt, kinds)} {c.it} {c.rel} the {t}"
                      if not c.state else f"find the {o} and {_with_it(_verb(c, recipe.verb, alt, kinds), c.it)}"
                      for c, o, t in named])
-        structure = "coordinated"
     else:  # after / once: subordinate the first step
         c, o, t = named[0]
         if len(named) > 1:
@@ -309,18 +305,13 @@ def _render(recipe: Recipe, clauses: list[Said], original: str) -> tuple[str, se
             lead = "after you pick up" if tpl == "after" else "once you have"
             text = f"{lead} the {o}, {_verb(c, recipe.verb, alt, kinds)} {c.it} {c.rel} the {t}"
         kinds.add("subordination")
-        structure = "subordinated"
-    if structure != "subordinated" and structure != _structure(original):
+    # coordination: the action clauses are joined differently from the original's (kinds.structure counts them);
+    # subordinated steps are subordination, not coordination
+    if tpl not in ("after", "once") and kinds_structure(text) != kinds_structure(original):
         kinds.add("coordination")
     if len(kinds) > 1:
         kinds.add("composition")
     return text, kinds
-
-
-def _structure(instruction: str) -> str:
-    """'coordinated' when the instruction joins two action clauses ('pick up X and place it ...'), else 'simple'."""
-    verbs = r"\b(pick up|put|place|push|stack|move|set|open|close|shut|turn on|turn off|switch on|switch off)\b"
-    return "coordinated" if len(re.findall(verbs, instruction)) > 1 else "simple"
 
 
 def paraphrases(task: TaskSpec, tf: F.TaskFrames) -> list[Candidate]:

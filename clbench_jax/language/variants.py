@@ -8,7 +8,8 @@ modified goal) and nonsense (a string that names nothing; original goal). Genera
 `Candidate`s; everything here is deterministic and decides what is kept:
 
 - paraphrase: not a normalized duplicate of the original or of a kept paraphrase; offline ones name exactly what
-  the original names (`frames.mentions`: the same entities and parts, each unambiguously); tagged with its kinds.
+  the original names (`frames.mentions`: the same entities and parts, each unambiguously); tagged with its kinds
+  (the generator's, else read off the text by `kinds.tag_kinds`).
 - contrast / swap: its entities exist in the task's inventory, its predicates are supported (and by the entity: a
   stove has no Open), it differs from the original goal, it compiles to a goal table of the scene, and it does not
   already hold at reset (checked on `n_reset` settled initial states). One that a nudge of the reset state meets
@@ -35,6 +36,7 @@ import numpy as np
 from clbench_jax.errors import ClbenchError, DataFileError
 from clbench_jax.jsonio import read_versioned, write_json
 from clbench_jax.language import frames as F
+from clbench_jax.language.kinds import tag_kinds
 from clbench_jax.tasks.adapter import SUPPORTED_GOAL_PREDICATES, check_goal, parse_goal_text
 from clbench_jax.tasks.spec import Atom, TaskSpec
 
@@ -303,10 +305,10 @@ def build_task(task: TaskSpec, index: int, cands: list[Candidate], reset: ResetC
         if ok:
             seen.add(normalize(c.text))
             n_para += 1
+        kinds = tuple(c.kinds) or (tag_kinds(task, task.instruction, c.text) if ok else ())  # LLM: read them
         out.append(Variant(f"{key}/paraphrase/{len([v for v in out if v.condition == 'paraphrase'])}",
                            "paraphrase", c.text, ok, goal=atoms_tuple(task.goal) if ok else None,
-                           checks=checks, reasons=tuple(_failed(checks)), provenance=c.provenance,
-                           kinds=tuple(c.kinds)))
+                           checks=checks, reasons=tuple(_failed(checks)), provenance=c.provenance, kinds=kinds))
     unavailable = []
     for slot in F.SLOTS:
         kept, reasons = False, []
