@@ -243,15 +243,13 @@ def floors_battery(run_dir: Path, n_tasks: int) -> tuple[dict, dict]:
     "episodes", "files"}, their S tensors). A floor runs at the last stage only; it does not learn, so its
     S[t, j] is its final S[K-1, j] at every stage."""
     from clbench_jax.eval import aggregate
-    from clbench_jax.eval.episodes import read_columns
+    from clbench_jax.eval.episodes import concat, read_columns
     from clbench_jax.eval.floors import floor_episode_files
 
     files = floor_episode_files(run_dir)
     if not files:
         return {"note": "no floors in the run folder (grid.floors, `clbench run`)"}, {}
     parts = [aggregate.analysis_columns(read_columns(f)[0]) for f in files.values()]
-    from clbench_jax.eval.episodes import concat
-
     common = set.intersection(*(set(p) for p in parts))
     cols = concat([{k: p[k] for k in common} for p in parts])
     tensors = aggregate.broadcast_final(aggregate.success_tensors(cols, n_tasks))
