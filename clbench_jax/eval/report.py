@@ -63,7 +63,7 @@ def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = Non
     tensors = aggregate.success_tensors(cols, len(tasks))
     curves = learning_curves(run_dir)
     metrics = aggregate.seed_metrics(tensors, curves)
-    floors, _ = floors_battery(run_dir, len(tasks))
+    floors = floors_battery(run_dir, len(tasks))
     failed = sorted({(str(m), int(s), int(t), int(j), str(st)) for m, s, t, j, st in
                      zip(cols["method"], cols["seed"], cols["stage"], cols["task"], cols["status"])
                      if str(st).startswith("failed cell")})
@@ -238,17 +238,17 @@ def language_battery(cols: dict, n_tasks: int) -> dict:
     return out
 
 
-def floors_battery(run_dir: Path, n_tasks: int) -> tuple[dict, dict]:
-    """The floors' numbers (RUN/floors/<floor>/episodes.h5, eval/floors.py) -> ({"metrics", "language",
-    "episodes", "files"}, their S tensors). A floor runs at the last stage only; it does not learn, so its
-    S[t, j] is its final S[K-1, j] at every stage."""
+def floors_battery(run_dir: Path, n_tasks: int) -> dict:
+    """The floors' numbers (RUN/floors/<floor>/episodes.h5, eval/floors.py) -> {"metrics", "language", "success",
+    "paraphrase_kinds", "episodes", "files"} (or {"note"} without floors). A floor runs at the last stage only; it
+    does not learn, so its S[t, j] is its final S[K-1, j] at every stage."""
     from clbench_jax.eval import aggregate
     from clbench_jax.eval.episodes import concat, read_columns
     from clbench_jax.eval.floors import floor_episode_files
 
     files = floor_episode_files(run_dir)
     if not files:
-        return {"note": "no floors in the run folder (grid.floors, `clbench run`)"}, {}
+        return {"note": "no floors in the run folder (grid.floors, `clbench run`)"}
     parts = [aggregate.analysis_columns(read_columns(f)[0]) for f in files.values()]
     common = set.intersection(*(set(p) for p in parts))
     cols = concat([{k: p[k] for k in common} for p in parts])
@@ -256,7 +256,7 @@ def floors_battery(run_dir: Path, n_tasks: int) -> tuple[dict, dict]:
     return {"metrics": aggregate.seed_metrics(tensors), "language": language_battery(cols, n_tasks),
             "success": aggregate.to_json(tensors),
             "paraphrase_kinds": aggregate.gap_by_kind(cols, n_tasks), "episodes": int(len(cols["method"])),
-            "files": {k: str(v.relative_to(run_dir)) for k, v in files.items()}}, tensors
+            "files": {k: str(v.relative_to(run_dir)) for k, v in files.items()}}
 
 
 def variant_coverage(run_dir: Path) -> tuple[dict | None, str | None]:
