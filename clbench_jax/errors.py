@@ -8,6 +8,7 @@ class ClbenchError(Exception):
 
     def __init__(self, message: str, *, file: str | None = None, task: str | None = None,
                  line: int | None = None, field: str | None = None, token: str | None = None):
+        self.message = message  # without the location (to re-raise it with more of the location)
         self.file, self.task, self.line, self.field, self.token = file, task, line, field, token
         where = []
         if file:

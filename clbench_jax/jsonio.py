@@ -24,10 +24,11 @@ def write_json(path: str | os.PathLike, obj, indent: int = 1) -> None:
     write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
-def read_versioned(path: str | os.PathLike, what: str, fmt: str, version: int,
+def read_versioned(path: str | os.PathLike, what: str, fmt: str, version: int | tuple[int, ...],
                    required: Iterable[str] = ()) -> dict:
-    """A JSON document whose `format` is `fmt` and `version` is `version`, holding the `required` top-level
-    fields; DataFileError names the file (and field) otherwise. `what` names the document in the message."""
+    """A JSON document whose `format` is `fmt` and `version` is `version` (or one of them), holding the `required`
+    top-level fields; DataFileError names the file (and field) otherwise. `what` names the document in the
+    message."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
@@ -37,9 +38,10 @@ def read_versioned(path: str | os.PathLike, what: str, fmt: str, version: int,
         raise DataFileError(f"not valid JSON: {e.msg}", file=str(path), line=e.lineno) from None
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         raise DataFileError(f"not a {fmt} file", file=str(path), field="format")
-    if doc.get("version") != version:
-        raise DataFileError(f"unsupported version (this code reads {version})", file=str(path), field="version",
-                            token=str(doc.get("version")))
+    versions = version if isinstance(version, tuple) else (version,)
+    if doc.get("version") not in versions:
+        raise DataFileError(f"unsupported version (this code reads {' or '.join(map(str, versions))})",
+                            file=str(path), field="version", token=str(doc.get("version")))
     for key in required:
         if key not in doc:
             raise DataFileError("missing field", file=str(path), field=key)

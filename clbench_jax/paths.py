@@ -52,3 +52,12 @@ def init_states_path(suite: str, name: str) -> Path:
     if not path.is_file():
         raise UnknownTaskError("no init-states file for this task", file=str(path), task=f"{suite}/{name}")
     return path
+
+
+def repo_file(path: str | os.PathLike) -> Path:
+    """A file a config names: as given when it exists or is absolute, else relative to the repository (configs name
+    files like configs/variants/libero_goal.offline.json from the repository root)."""
+    p = Path(path)
+    if p.exists() or p.is_absolute():
+        return p
+    return Path(__file__).resolve().parents[1] / p

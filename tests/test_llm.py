@@ -152,7 +152,8 @@ def test_invalid_json_becomes_rejected_candidates(serve, tmp_path, task):
     para = [v for v in tv.variants if v.condition == "paraphrase"]
     assert len(para) == 1 and not para[0].retained and "not valid JSON" in para[0].reasons[0]
     assert len(tv.unavailable) == 5 and all("not valid JSON" in u["reasons"][0] for u in tv.unavailable)
-    assert not [v for v in tv.variants if v.retained and v.condition != "original"]
+    # nothing of the LLM's is kept; seed 004's faces (swap, nonsense) come from the frames, whatever the generator
+    assert not [v for v in tv.variants if v.retained and v.condition not in ("original", "swap", "nonsense")]
 
 
 def test_schema_break_becomes_rejected_candidates(serve, tmp_path, task):

@@ -21,12 +21,12 @@ def cmd_run(a):
 
 
 def cmd_report(a):
-    from clbench_jax.eval.report import finalize, merge_runs
+    from clbench_jax.eval.report import merge_runs
+    from clbench_jax.eval.run import report
 
     if a.merge:
         merge_runs(a.run_dir, a.merge)
-    else:
-        finalize(a.run_dir)
+    report(a.run_dir)
     print(f"wrote {os.path.join(a.run_dir, 'report.md')}, metrics.json and plots")
 
 

@@ -5,10 +5,13 @@ A run folder holds everything and every phase resumes:
     RUN/config.yaml            the resolved run config
     RUN/train/<method>_s<seed>/  one lifelong run each (clbench_jax.lifelong: config, metrics.json, checkpoints/)
     RUN/grid/                  grid.json, chunks/, episodes.h5 (one row per evaluated episode)
+    RUN/floors/<floor>/        the floors' grids (eval/floors.py): do-nothing and random-motion over the battery
+    RUN/action_level.json      seed 000's action-level metrics of the final checkpoints (eval/battery.py)
     RUN/metrics.json           S[t, j, c] mean / std across seeds and the per-seed metrics, from episodes.h5
     RUN/report.md + *.png      the report (`clbench report RUN` regenerates it)
 
-Demos go to `demos.dir` (shared between runs; finished task files are reused).
+Demos go to `demos.dir` (shared between runs; finished task files are reused). This module runs things; the report
+(report.py) only reads the folder's files, and battery.py only computes.
 """
 
 from __future__ import annotations
@@ -45,8 +48,12 @@ class RunConfig:
 
 
 GRID_KEYS = {"variants": None,  # a clbench-variants JSON file; None: original instructions only
-             "conditions": ["original", "paraphrase", "contrast", "collision"],  # kept from the file
+             # evaluated conditions (grid.CONDITIONS): the file's variants, probe = its unverified collision
+             # probes, occ = the original instruction with blanked perception (built here, not in the file)
+             "conditions": ["original", "paraphrase", "contrast", "collision", "probe", "swap", "occ", "nonsense"],
              "max_per_condition": None,  # at most this many variants per task and condition (file order)
+             "final_only": ["probe", "swap", "occ", "nonsense"],  # met by the final stage's checkpoints only
+             "floors": ["do-nothing", "random-motion"],  # eval/floors.py; [] for none
              "n_rollouts": 20, "horizon": 600, "warmup": 5, "seed": 0, "backend": "native",
              "chunk": "auto",  # episodes per chunk per device, or "auto": as many as fit (grid.chunk_plan)
              "mjx_impl": "jax",
@@ -82,9 +89,31 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
         if m not in ALGORITHMS:
             raise ClbenchError(f"unknown method {m!r}; choose from {sorted(ALGORITHMS)}", file=where, field="methods")
     train_config(cfg, cfg.methods[0], cfg.seeds[0], where=where)  # validates the train keys
-    from clbench_jax.eval.grid import check_chunk
+    from clbench_jax.eval.floors import check_floors
+    from clbench_jax.eval.grid import CONDITIONS, check_chunk
 
-    chunk = grid_settings(cfg)["chunk"]
+    g = grid_settings(cfg)
+    for key in ("conditions", "final_only"):
+        unknown = [c for c in g[key] if c not in CONDITIONS]
+        if unknown:
+            raise ClbenchError(f"unknown condition(s) {unknown}; known: {list(CONDITIONS)}", file=where,
+                               field=f"grid.{key}")
+    if "original" not in g["conditions"]:
+        raise ClbenchError("the grid needs the original condition", file=where, field="grid.conditions")
+    try:
+        check_floors(g["floors"])
+    except ClbenchError as e:
+        raise ClbenchError(e.message, file=where, field="grid.floors") from None
+    if "occ" in g["conditions"]:  # a policy with nothing to blank fails here, before any training
+        from clbench_jax.eval.faces import occlusion_keys
+        from clbench_jax.lifelong.loop import make_policy
+        from clbench_jax.policies.act import obs_keys
+
+        try:
+            occlusion_keys(obs_keys(make_policy(train_config(cfg, cfg.methods[0], cfg.seeds[0]))))
+        except ClbenchError as e:
+            raise ClbenchError(e.message, file=where, field="grid.conditions", token="occ") from None
+    chunk = g["chunk"]
     try:  # a bad grid.chunk fails here, before hours of training
         check_chunk(chunk)
     except ClbenchError as e:
@@ -164,34 +193,27 @@ def stage_checkpoints(train_dir: str | os.PathLike, tcfg, n_tasks: int, method: 
 
 
 def grid_spec(cfg: RunConfig, tasks, obs: str, image_size: int):
+    """The run's GridSpec: every retained variant of the variant file (and the occ face) per task, so the goal
+    columns are all audited goals; which of them a checkpoint meets is the spec's conditions / max_per_condition /
+    final_only (grid.evaluated)."""
     from clbench_jax.eval import grid as G
+    from clbench_jax.paths import repo_file
 
     g = grid_settings(cfg)
     G.check_chunk(g["chunk"])
     if g["variants"]:
-        path = Path(g["variants"])
-        if not path.exists() and not path.is_absolute():  # configs name files relative to the repository
-            path = Path(__file__).resolve().parents[2] / path
-        variants = G.variants_from_file(path, tasks)
+        variants = G.variants_from_file(repo_file(g["variants"]), tasks)
     else:
         variants = tuple((G.original_variant(t),) for t in tasks)
-    kept = []
-    for vs in variants:
-        count: dict[str, int] = {}
-        keep = []
-        for v in vs:
-            count[v.condition] = count.get(v.condition, 0) + 1
-            if v.condition in g["conditions"] and (g["max_per_condition"] is None or
-                                                   count[v.condition] <= g["max_per_condition"]):
-                keep.append(v)
-        if not keep or keep[0].condition != "original":
-            raise ClbenchError("the grid needs the original condition", field="grid.conditions")
-        kept.append(tuple(keep))
-    return G.GridSpec(tasks=tasks, variants=tuple(kept), n_rollouts=g["n_rollouts"], horizon=g["horizon"],
+    if "occ" in g["conditions"]:
+        variants = tuple(vs + (G.occ_variant(t),) for t, vs in zip(tasks, variants))
+    return G.GridSpec(tasks=tasks, variants=variants, n_rollouts=g["n_rollouts"], horizon=g["horizon"],
                       warmup=g["warmup"], seed=g["seed"], backend=g["backend"], mjx_impl=g["mjx_impl"], obs=obs,
                       image_size=image_size,
                       deterministic=(train_config(cfg, cfg.methods[0], cfg.seeds[0]).deterministic_eval
-                                     if g["deterministic"] is None else g["deterministic"]), chunk=g["chunk"])
+                                     if g["deterministic"] is None else g["deterministic"]), chunk=g["chunk"],
+                      conditions=tuple(g["conditions"]), max_per_condition=g["max_per_condition"],
+                      final_only=tuple(g["final_only"]))
 
 
 # ---------------------------------------------------------------------------------------------- the main job
@@ -203,7 +225,6 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
 
     from clbench_jax.data.collect import CollectConfig, collect_tasks
     from clbench_jax.eval.grid import pending_chunks, plan, run_grid
-    from clbench_jax.eval.report import finalize
     from clbench_jax.lifelong.loop import make_policy, run_lifelong
 
     out = Path(out_dir)
@@ -219,13 +240,13 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     overall = tqdm(total=len(tasks) + 2 * sum(stages.values()), desc="clbench run", unit="step",
                    disable=not progress, position=0)
 
-    log(f"[1/4] demos -> {first.demos_dir}")
+    log(f"[1/5] demos -> {first.demos_dir}")
     dcfg = CollectConfig(**{k: v for k, v in cfg.demos.items() if k != "dir"})
     for t in tasks:
         collect_tasks([t], first.demos_dir, dcfg, progress=progress, log=lambda *_: None)
         overall.update(1)
 
-    log(f"[2/4] training {len(runs)} run(s): {', '.join(f'{m} seed {s}' for m, s in runs)}")
+    log(f"[2/5] training {len(runs)} run(s): {', '.join(f'{m} seed {s}' for m, s in runs)}")
     for r in runs:
         tdir = out / "train" / f"{r[0]}_s{r[1]}"
         done = len(finished_stages(tdir))
@@ -233,7 +254,7 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
         run_lifelong(tcfgs[r], str(tdir), progress=progress,
                      callbacks=[lambda s, rec: overall.update(1)] if done < stages[r] else [])
 
-    log("[3/4] evaluation grid")
+    log("[3/5] evaluation grid")
     policy = make_policy(first)
     cks = [c for r in runs for c in stage_checkpoints(out / "train" / f"{r[0]}_s{r[1]}", tcfgs[r], len(tasks), r[0])]
     spec = grid_spec(cfg, tasks, first.obs, first.image_size)
@@ -250,8 +271,102 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     run_grid(spec, cks, policy, out / "grid", lang=first.lang, suite=cfg.suite, n_devices=grid_settings(cfg)["devices"],
              progress=progress, on_chunk=lambda i: overall.update(1))
     overall.close()
-    log("[4/4] report")
-    return finalize(out)
+    floors = grid_settings(cfg)["floors"]
+    log(f"[4/5] floors: {', '.join(floors) or 'none'}")
+    if floors:
+        from clbench_jax.eval.floors import FOLDER, run_floors
+
+        run_floors(spec, out / FOLDER, floors, n_devices=grid_settings(cfg)["devices"], progress=progress)
+    log("[5/5] report")
+    return report(out, log=log)
+
+
+def report(run_dir, log=None) -> dict:
+    """The report of a run folder: the action level of its final checkpoints (computed or reused), then
+    report.finalize, which reads the folder's files."""
+    from clbench_jax.eval.report import finalize
+
+    log = log or _log
+    try:
+        _, note = action_level_phase(run_dir, log=log)
+    except ClbenchError as e:  # a bad demo file or config: the report goes on without the action level
+        note = f"failed: {e}"
+    return finalize(run_dir, log=log, action_note=note)
+
+
+def _log(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr)
+
+
+def action_level_phase(run_dir, *, n_windows: int | None = None, batch_size: int | None = None,
+                       log=_log) -> tuple[dict | None, str | None]:
+    """RUN/action_level.json for the run's final checkpoints (eval/battery.py) -> (document or None, a note on why
+    it was skipped or reused as it is, or None). Needs config.yaml, the variant file, the demos and the
+    checkpoints; without the demos an existing file is reused unchecked."""
+    from clbench_jax.errors import DataFileError
+    from clbench_jax.eval import battery
+    from clbench_jax.eval.grid import embed_variants, evaluated
+    from clbench_jax.lifelong.data import demo_path, has_demos
+    from clbench_jax.lifelong.loop import make_policy
+
+    run_dir = Path(run_dir)
+    out = run_dir / battery.FILE
+    if not (run_dir / "config.yaml").exists():
+        return None, "no config.yaml in the run folder"
+    cfg = load_run_config(run_dir / "config.yaml")
+    g = grid_settings(cfg)
+    if not g["variants"]:
+        return None, "the run has no variant file (original instructions only)"
+    tasks = run_tasks(cfg)
+    first = train_config(cfg, cfg.methods[0], cfg.seeds[0])
+
+    def demos_of(t):  # True / False (collected, none kept: the oracle never solved it) / None (no file)
+        try:
+            return has_demos(first.demos_dir, t)
+        except DataFileError:
+            return None
+
+    have = [demos_of(t) for t in tasks]
+    missing = [t.name for t, h in zip(tasks, have) if h is None]
+    if missing:
+        why = f"no demos for task {missing[0]} in {first.demos_dir}"
+        if out.exists():
+            return battery.read_action_level(out), f"{why}; using the existing {battery.FILE} as it is"
+        return None, why
+    spec = grid_spec(cfg, tasks, first.obs, first.image_size)
+    # the variants the final checkpoints met in the grid (occ changes observations, not the instruction)
+    final = [tuple(spec.variants[j][i] for i in evaluated(spec, j, len(tasks) - 1)
+                   if spec.variants[j][i].condition != "occ") for j in range(len(tasks))]
+    if not any(v.condition in battery.PERTURBED for vs in final for v in vs):
+        return None, "no perturbed instruction in the run's variant set"
+    cks, absent, stamps = [], [], {}
+    for m in cfg.methods:
+        for s in cfg.seeds:
+            tdir = run_dir / "train" / f"{m}_s{s}"
+            stages = finished_stages(tdir)
+            last = [c for c in (stage_checkpoints(tdir, train_config(cfg, m, s), len(tasks), m) if stages else [])
+                    if c.stage == len(tasks) - 1]
+            if last:
+                cks.append(last[-1])
+                step = tdir / "checkpoints" / str(stages[-1])
+                stamps[f"{m}_s{s}"] = f"{stages[-1]}:{step.stat().st_mtime_ns}"
+            else:
+                absent.append(f"{m} seed {s}")
+    if absent:
+        log(f"action level: no final checkpoint for {', '.join(absent)}")
+    if not cks:
+        return None, "no final checkpoint under train/"
+    policy = make_policy(first)
+    doc = battery.compute_action_level(
+        out, cks, policy, [t.name for t in tasks], final,
+        [demo_path(first.demos_dir, t) if h else None for t, h in zip(tasks, have)], obs=first.obs,
+        embed=lambda: embed_variants(dataclasses.replace(spec, variants=tuple(final)), first.lang, cfg.suite),
+        n_windows=n_windows or battery.N_WINDOWS, seed=g["seed"],
+        batch_size=batch_size or (32 if first.obs == "rgb" else None), identity={"lang": first.lang},
+        stamps=stamps, log=log)
+    return doc, None
 
 
 def finished_stages(train_dir: Path) -> list[int]:

@@ -62,7 +62,9 @@ def cmd_show(a):
                 if not (v["retained"] or a.all):
                     continue
                 mark = "+" if v["retained"] else "-"
-                extra = f" goal={v['goal']}" if v["condition"] == "contrast" and v["retained"] else ""
+                extra = f" goal={v['goal']}" if v["condition"] in ("contrast", "swap") and v["retained"] else ""
+                extra += " [trivially reachable]" if v.get("trivial") else ""
+                extra += f" ({', '.join(v['kinds'])})" if v.get("kinds") else ""
                 why = f"  [{'; '.join(v['reasons'])}]" if v["reasons"] else ""
                 print(f"  {mark} {v['condition']:10s} {v.get('slot') or '':9s} {v['text']}{extra}{why}")
             for u in t["unavailable"]:
