@@ -77,8 +77,7 @@ def make_config(values: dict[str, Any], where: str | None = None, prefix: str = 
     """A checked TrainConfig: types, ranges, the suite, task order and task names, the policy's and the
     algorithm's keyword arguments. Errors name the file `where` and the field (under `prefix`, e.g. "train.")."""
     from clbench_jax.algos import make_algorithm
-    from clbench_jax.configs import at_least, check_ranges, one_of, typed_values
-from clbench_jax.errors import ConfigError
+    from clbench_jax.errors import ClbenchError
     from clbench_jax.policies import bc
     from clbench_jax.tasks.suites import suite_tasks, task_order
 
@@ -124,6 +123,9 @@ def load_config(path: str | os.PathLike | None = None, **overrides) -> TrainConf
     """YAML file (optional) then keyword overrides (None values are ignored, so CLI flags left unset do not win)."""
     where = None if path is None else os.fspath(path)
     values = {} if where is None else read_yaml_mapping(where)
+    if {"methods", "grid", "train"} & set(values):
+        raise ConfigError("this is a run config (methods, train, grid ...): run it with `clbench run FILE`",
+                          file=where, field=sorted({"methods", "grid", "train"} & set(values))[0])
     values.update({k: v for k, v in overrides.items() if v is not None})
     return make_config(values, where)
 
