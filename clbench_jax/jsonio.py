@@ -62,19 +62,26 @@ def write_json(path: str | os.PathLike, obj, indent: int = 1) -> None:
     write_text(path, json.dumps(finite_json(obj), indent=indent, allow_nan=False) + "\n")
 
 
-def read_versioned(path: str | os.PathLike, what: str, fmt: str, version: int,
-                   required: Iterable[str] = ()) -> dict:
-    """A JSON document whose `format` is `fmt` and `version` is `version`, holding the `required` top-level
-    fields; DataFileError names the file (and field) otherwise. `what` names the document in the message."""
+def read_json(path: str | os.PathLike, what: str = "JSON file"):
+    """A JSON document; DataFileError names the file (and line) if it is missing, unreadable or not valid JSON."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise DataFileError(f"{what} not found", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise DataFileError(f"cannot read the {what}: {e}", file=str(path)) from None
     except json.JSONDecodeError as e:
-        raise DataFileError(f"not valid JSON: {e.msg}", file=str(path), line=e.lineno) from None
+        raise DataFileError(f"{what} is not valid JSON ({e.msg}); rerun the step that writes it", file=str(path),
+                            line=e.lineno) from None
+
+
+def read_versioned(path: str | os.PathLike, what: str, fmt: str, version: int,
+                   required: Iterable[str] = ()) -> dict:
+    """A JSON document whose `format` is `fmt` and `version` is `version`, holding the `required` top-level
+    fields; DataFileError names the file (and field) otherwise. `what` names the document in the message."""
+    path = Path(path)
+    doc = read_json(path, what)
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         raise DataFileError(f"not a {fmt} file", file=str(path), field="format")
     if doc.get("version") != version:

@@ -207,6 +207,11 @@ ROWS = [
      ConfigError, ["train.lr"]),
     ("run unknown method", lambda d: api_run(run_yaml(d, methods=["sgd"])), ConfigError, ["methods"]),
     ("run order: 21", lambda d: api_run(run_yaml(d, order=21)), ConfigError, ["order"]),
+    ("run given a training config", lambda d: cli("run", train_yaml(d, algo="er"), "--out", d / "o"), ConfigError,
+     ["training config", "clbench train", "train.yaml"]),
+    ("train given a run config", lambda d: cli("train", "--config", run_yaml(d), "--out", d / "o"), ConfigError,
+     ["run config", "clbench run", "run.yaml"]),
+    ("report without a grid", lambda d: cli("report", d), ClbenchError, ["episodes.h5"]),
     ("run unknown top key", lambda d: api_run(run_yaml(d, epochs=3)), ConfigError, ["epochs", "unknown"]),
     ("run grid.n_rollouts: -1", lambda d: cli("run", run_yaml(d, grid_={"n_rollouts": -1}), "--out", d / "o"),
      ConfigError, ["grid.n_rollouts"]),
@@ -294,11 +299,12 @@ def truncated(path: Path) -> str:
 KINDS_ELSEWHERE = {
     "test_llm.py": ["LLM 200 with an HTML page", "cache key without the endpoint", "connection refused (fail fast)",
                     "401 echoing the API key (redacted)", "dead server (failure budget)", "LLM config unknown key"],
-    "test_lifelong.py": ["NaN loss stops training (stage, epoch)", "config folder locked by a failed start"],
+    "test_lifelong.py": ["NaN loss stops training (stage, epoch)"],
     "test_resume.py": ["truncated orbax checkpoint on resume", "truncated grid chunk", "corrupt grid.json",
                        "SIGKILL mid-stage", "SIGKILL mid-chunk", "SIGKILL mid demo collection"],
     "test_bad_inputs.py (own tests)": ["variants build without --out keeps the shipped file", "NaN in JSON",
-                                       "sim rollout --n 1000000"],
+                                       "sim rollout --n 1000000", "config folder locked by a failed start",
+                                       "lr: 1e-3 read by YAML as a string"],
 }
 
 

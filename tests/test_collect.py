@@ -206,18 +206,18 @@ def test_refused_task_is_skipped(tmp_path):
         CollectConfig(n=0)
 
 
-FREE_STEPS = 10  # the first actions: the arm moves in free space, no contact yet (turn_on_the_stove: ~41 steps)
+FREE_STEPS = 5  # the first actions: the hand moves in free space towards the knob (contact comes ~30 steps later)
 
 
 @pytest.mark.slow
 def test_batch_size_changes_speed_and_rounding_only(collected, tmp_path):
     """One world at a time (another compile: slow) runs the same attempts as the 4-world stream: attempt k starts
     from the same initial state with the same policy key, bit for bit. The actions are not bit-identical: XLA rounds
-    the vmapped oracle differently per batch size (~1e-7), and once the hand touches the knob contact can grow that
-    without bound, so an attempt's later actions, and even its outcome, may differ on another batch size or CPU.
-    What holds on any machine: before contact the actions agree to rounding (a stable controller does not amplify
-    it; the bound is 100x the rounding, not a value fitted to one machine), and the oracle collects its n demos at
-    either batch size."""
+    the vmapped oracle differently per batch size (~1e-7 in the first action), the arm carries it on, and once the
+    hand touches the knob contact can grow it without bound, so late actions, and even an attempt's outcome, may
+    differ on another batch size or CPU. What holds on any machine: the first actions agree to 1e-4 (this machine
+    shows < 5e-7; two different attempts differ by > 1e-2, so the bound still tells attempts apart), and the oracle
+    collects its n demos at either batch size."""
     out, _ = collected
     cfg = CollectConfig(**{**CFG.__dict__, "batch": 1, "images": False})
     rows = collect_tasks([get_task(TASK)], tmp_path, cfg, progress=False, log=lambda s: None)
@@ -225,12 +225,13 @@ def test_batch_size_changes_speed_and_rounding_only(collected, tmp_path):
     b = {d["attrs"]["attempt"]: d for d in hdf5.read_demos(rows[0]["path"], keys=[])}
     assert len(a) == len(b) == CFG.n
     common = sorted(set(a) & set(b))
-    assert common  # an attempt that succeeded at both batch sizes
+    assert len(common) >= 2  # attempts that succeeded at both batch sizes
     for k in common:
         x, y = a[k], b[k]
         np.testing.assert_array_equal(x["states"][0], y["states"][0])
         np.testing.assert_array_equal(x["attrs"]["policy_key"], y["attrs"]["policy_key"])
-        np.testing.assert_allclose(x["actions"][:FREE_STEPS], y["actions"][:FREE_STEPS], rtol=0, atol=1e-5)
-    # every attempt, kept or not, is numbered in start order from one deterministic source
+        np.testing.assert_allclose(x["actions"][:FREE_STEPS], y["actions"][:FREE_STEPS], rtol=0, atol=1e-4)
+    first, second = a[common[0]]["actions"][:FREE_STEPS], a[common[1]]["actions"][:FREE_STEPS]
+    assert np.abs(first - second).max() > 1e-2
     ex = hdf5.read_meta(rows[0]["path"])["extras_attrs"]
     assert ex["attempts"] == ex["successes"] + ex["failures"] and ex["successes"] == CFG.n

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from clbench_jax.errors import ClbenchError
-from clbench_jax.jsonio import write_json, write_text
+from clbench_jax.jsonio import read_json, write_json, write_text
 
 
 def _pm(d: dict | None, scale: float = 100.0) -> str:
@@ -32,7 +32,7 @@ def learning_curves(run_dir: Path) -> dict:
     """{method: {seed: curves}} from train/*/metrics.json (runs without curves are skipped)."""
     out: dict = {}
     for p in sorted((run_dir / "train").glob("*/metrics.json")):
-        m = json.loads(p.read_text())
+        m = read_json(p, "training metrics")
         cfg = m.get("config", {})
         if m.get("curves") and cfg.get("algo") is not None:
             out.setdefault(cfg["algo"], {})[cfg["seed"]] = m["curves"]
@@ -487,7 +487,7 @@ def plot_gaps(gaps: dict, path: str) -> None:
 def _curve_epochs(run_dir: Path, method: str, seed: int, curves) -> list:
     p = run_dir / "train" / f"{method}_s{seed}" / "metrics.json"
     if p.exists():
-        ep = json.loads(p.read_text()).get("curve_epochs")
+        ep = read_json(p, "training metrics").get("curve_epochs")
         if ep:
             return ep
     return [list(range(len(c))) for c in curves]

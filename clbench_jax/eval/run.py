@@ -94,8 +94,14 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
     from clbench_jax.tasks.spec import SUITES
     from clbench_jax.tasks.suites import task_order
 
+    from clbench_jax.lifelong.config import TrainConfig
+
     where = os.fspath(path)
     values = read_yaml_mapping(where)
+    train_only = sorted(set(values) - {f.name for f in dataclasses.fields(RunConfig)})
+    if "algo" in values and set(train_only) <= {f.name for f in dataclasses.fields(TrainConfig)}:
+        raise ConfigError("this is a training config (algo, epochs ...): run it with `clbench train --config FILE`",
+                          file=where, field="algo")
     values.update({k: v for k, v in overrides.items() if v is not None})
     cfg = RunConfig(**typed_values(RunConfig, values, file=where))
     check_ranges(cfg, [one_of("suite", SUITES), at_least("order", 0), at_least("n_tasks", 1, optional=True),
