@@ -38,11 +38,11 @@ def check_out(path, field: str = "--out") -> None:
 def _check_memory(scene, n_episodes: int, backend: str) -> None:
     """Refuse a batch of rollouts that cannot fit in memory (it would swap or hang, not fail)."""
     from clbench_jax.errors import ConfigError
-    from clbench_jax.eval.grid import GridSpec, _pool_totals, available_memory, episode_memory
+    from clbench_jax.eval.grid import GridSpec, available_memory, episode_memory, pool_totals
 
     parts = episode_memory(GridSpec(tasks=(), variants=(), n_rollouts=1, backend=backend), scene)
     memory = available_memory()
-    per, fixed = _pool_totals(parts, memory)
+    per, fixed = pool_totals(parts, memory)
     for pool, b in per.items():
         need, free = n_episodes * b + fixed[pool], memory[pool]["free"]
         if need > free / 2:

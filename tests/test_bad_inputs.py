@@ -8,7 +8,6 @@ test_lifelong.py); `KINDS_ELSEWHERE` lists them so the count of covered kinds is
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import h5py

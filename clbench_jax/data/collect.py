@@ -37,7 +37,7 @@ import numpy as np
 
 from clbench_jax.data import hdf5
 from clbench_jax.data.generators import GeneratorError, check_generator, init_bank, target_object
-from clbench_jax.errors import ClbenchError, DataFileError
+from clbench_jax.errors import DataFileError
 from clbench_jax.sim import control, env, rollout
 from clbench_jax.sim.scene import Scene, export_xml
 from clbench_jax.tasks.spec import TaskSpec
@@ -60,11 +60,11 @@ class CollectConfig:
     noise: bool = True  # oracle waypoint / speed noise (demos differ)
 
     def __post_init__(self):
-        for name in ("n", "horizon", "batch", "image_size"):
-            if getattr(self, name) < 1:
-                raise ClbenchError(f"must be >= 1, got {getattr(self, name)}", field=name)
-        if self.attempt_cap < 1:
-            raise ClbenchError(f"must be >= 1, got {self.attempt_cap}", field="max_attempts")
+        from clbench_jax.configs import at_least, check_ranges
+
+        check_ranges(self, [at_least("n", 1), at_least("horizon", 1), at_least("batch", 1), at_least("image_size", 8),
+                            at_least("max_attempts", 1, optional=True), at_least("give_up_after", 0),
+                            at_least("seed", 0)])
         check_generator(self.generator)
 
     @property

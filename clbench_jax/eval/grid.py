@@ -307,7 +307,7 @@ def _mjdata_bytes(model) -> int:
     return int(d.nbuffer + d.narena)
 
 
-def _pool_totals(parts: dict[str, dict], memory: dict[str, dict]) -> tuple[dict[str, int], dict[str, int]]:
+def pool_totals(parts: dict[str, dict], memory: dict[str, dict]) -> tuple[dict[str, int], dict[str, int]]:
     """(bytes per episode, fixed bytes) per memory pool; device parts go to "host" where there is no "device"."""
     per: dict[str, int] = {}
     fixed: dict[str, int] = {}
@@ -337,7 +337,7 @@ def choose_chunk(parts: dict[str, dict], memory: dict[str, dict], *, n_rollouts:
     (11 groups under a budget of 8: two chunks of 6, not 8 + a padded 3 -- the same count, less padding).
     Device parts count against host memory where there is no "device" pool (CPUs). D devices' chunks share the
     host's memory."""
-    per, fixed = _pool_totals(parts, memory)
+    per, fixed = pool_totals(parts, memory)
     budget = max_groups
     for pool, b in per.items():
         share = memory[pool]["free"] / (n_devices if pool == "host" else 1)
@@ -369,7 +369,7 @@ def chunk_plan(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy=None, *
         from jax.experimental import multihost_utils
 
         episodes = int(multihost_utils.broadcast_one_to_all(np.int64(episodes)))
-    per, fixed = _pool_totals(parts, memory)
+    per, fixed = pool_totals(parts, memory)
     return {"requested": "auto", "episodes": episodes, "groups_per_chunk": episodes // spec.n_rollouts,
             "max_groups_per_scene": max_groups, "n_devices": n_devices, "fraction": SAFETY,
             "bytes_per_episode": per, "fixed_bytes": fixed, "memory": memory,
