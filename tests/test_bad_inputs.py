@@ -60,9 +60,10 @@ def demo_file(path: Path, *, actions=True, nan=False, length=6) -> str:
     act = rng.uniform(-1, 1, (length, 7))
     if nan:
         act[3, 2] = np.nan
-    write_demos(path, [{"obs": obs, "actions": act, "states": np.zeros((length, 4)), "robot_states": np.zeros((length, 9)),
-                        "rewards": np.zeros(length), "dones": np.eye(length)[-1]}],
-                env_name="synthetic", problem_info={}, bddl_file_name="x.bddl", bddl_file_content="", env_args={})
+    demo = {"obs": obs, "actions": act, "states": np.zeros((length, 4)), "robot_states": np.zeros((length, 9)),
+            "rewards": np.zeros(length), "dones": np.eye(length)[-1]}
+    write_demos(path, [demo], env_name="synthetic", problem_info={}, bddl_file_name="x.bddl", bddl_file_content="",
+                env_args={})
     if not actions:
         with h5py.File(path, "r+") as f:
             del f["data/demo_0/actions"]

@@ -33,7 +33,8 @@ pytestmark = pytest.mark.slow
 def kill_during(job: str, folder: Path, demos: Path | str = "") -> None:
     """Run `job` in a child process that SIGKILLs itself part-way; check that it died so."""
     code = f"import resume_jobs; resume_jobs.main({job!r}, {str(folder)!r}, {str(demos)!r})"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
     r = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, env=env, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == -signal.SIGKILL, f"{job}: exit {r.returncode}\n{r.stderr[-3000:]}"

@@ -79,8 +79,8 @@ class LLMConfig:
 
 
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-_URL_SECRET_PARAM = re.compile(r"(?P<name>[?&](?:api[-_]?key|key|token|access[-_]?token|secret|password|sig)=)[^&\s\"']+",
-                               re.IGNORECASE)
+_URL_SECRET_PARAM = re.compile(
+    r"(?P<name>[?&](?:api[-_]?key|key|token|access[-_]?token|secret|password|sig)=)[^&\s\"']+", re.IGNORECASE)
 _BEARER = re.compile(r"(?P<name>Bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 
 
