@@ -320,6 +320,7 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
         try:
             arrays, record = ckpt.restore(latest, {"params": params, "algo_state": state, "opt_state": opt_state})
         except Exception as e:  # noqa: BLE001  (orbax / tensorstore raise many kinds for a damaged folder)
+            ckpt.close()
             path = os.path.join(ckpt.directory, str(latest))
             before = f"after stage {latest - 1}" if latest > 0 else "from the start"
             raise DataFileError(f"the checkpoint of stage {latest} is damaged ({type(e).__name__}); drop it with "
