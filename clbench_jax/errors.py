@@ -46,6 +46,18 @@ class DataFileError(ClbenchError):
     """A data file (HDF5, JSON) is missing a key, or has the wrong shape or dtype, or is truncated."""
 
 
+class ConfigError(ClbenchError):
+    """A config file, flag or argument has a value of the wrong type or out of range, or names something unknown."""
+
+
+class OutputError(ClbenchError):
+    """An output path cannot be written (no permission, a file where a folder should be, a shipped file)."""
+
+
+class TrainingError(ClbenchError):
+    """Training went numerically bad (a non-finite loss): names the stage, task and epoch."""
+
+
 class PhysicsError(ClbenchError):
     """Physics went numerically bad (NaN, huge velocities)."""
 

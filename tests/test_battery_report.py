@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from clbench_jax.data.hdf5 import write_demos
+from clbench_jax.errors import DataFileError
 from clbench_jax.eval import battery, episodes
 from clbench_jax.eval import language_metrics as M
 from clbench_jax.eval.grid import Checkpoint, Variant
@@ -283,8 +284,9 @@ def test_action_level_skip_reasons(tmp_path):
     doc, why = action_level_phase(tmp_path)
     assert doc is None and "no variant file" in why
     (tmp_path / "action_level.json").write_text("{}")
-    with pytest.raises(Exception, match="action_level.json"):
+    with pytest.raises(DataFileError, match="action_level.json") as e:
         battery.read_action_level(tmp_path / "action_level.json")
+    assert e.value.field == "format"
 
 
 def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):

@@ -122,7 +122,7 @@ def test_run_config_errors(tmp_path):
     with pytest.raises(ClbenchError, match="grid.rollouts"):
         load_run_config(tmp_path / "a.yaml")
     (tmp_path / "b.yaml").write_text(yaml.safe_dump({"methods": ["sgd"]}))
-    with pytest.raises(ClbenchError, match="unknown method"):
+    with pytest.raises(ClbenchError, match="field methods"):
         load_run_config(tmp_path / "b.yaml")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"train": {"suite": "libero_10"}}))
     with pytest.raises(ClbenchError, match="train.suite"):

@@ -126,17 +126,26 @@ def occ_variant(task: TaskSpec) -> Variant:
     return Variant(f"{task.name}/occ", "occ", task.instruction, _atoms(task.goal))
 
 
-def variants_from_file(path, tasks: Sequence[TaskSpec]) -> tuple[tuple[Variant, ...], ...]:
+def variants_from_file(path, tasks: Sequence[TaskSpec], suite: str | None = None) -> tuple[tuple[Variant, ...], ...]:
     """Per task: the original instruction, then the file's retained variants (a clbench-variants JSON file,
-    language/variants.py): text, condition, and a goal override for contrasts."""
+    language/variants.py): text, condition, and a goal override for contrasts. A file of another suite, or one
+    without an entry for a task of the grid, is refused (the grid would silently evaluate only the originals)."""
+    from clbench_jax.errors import DataFileError
     from clbench_jax.language.variants import read_variants
 
     doc = read_variants(path)
+    if suite is not None and doc["suite"] != suite:
+        raise DataFileError(f"variant file of suite {doc['suite']!r}, the run is on {suite!r}", file=str(path),
+                            field="suite")
     by_name = {t["task"]: t for t in doc["tasks"]}
+    missing = [t.name for t in tasks if t.name not in by_name]
+    if missing:
+        raise DataFileError(f"no variants for {len(missing)} task(s) of the grid (build them with `clbench variants "
+                            "build`)", file=str(path), task=missing[0], field="tasks")
     out = []
     for task in tasks:
         vs = [original_variant(task)]
-        for v in by_name.get(task.name, {}).get("variants", []):
+        for v in by_name[task.name]["variants"]:
             probe = v["condition"] == "collision" and v.get("probe") == "unverified"
             if not (v["retained"] or probe) or v["condition"] == "original":
                 continue
@@ -344,7 +353,7 @@ def _mjdata_bytes(model) -> int:
     return int(d.nbuffer + d.narena)
 
 
-def _pool_totals(parts: dict[str, dict], memory: dict[str, dict]) -> tuple[dict[str, int], dict[str, int]]:
+def pool_totals(parts: dict[str, dict], memory: dict[str, dict]) -> tuple[dict[str, int], dict[str, int]]:
     """(bytes per episode, fixed bytes) per memory pool; device parts go to "host" where there is no "device"."""
     per: dict[str, int] = {}
     fixed: dict[str, int] = {}
@@ -374,7 +383,7 @@ def choose_chunk(parts: dict[str, dict], memory: dict[str, dict], *, n_rollouts:
     (11 groups under a budget of 8: two chunks of 6, not 8 + a padded 3 -- the same count, less padding).
     Device parts count against host memory where there is no "device" pool (CPUs). D devices' chunks share the
     host's memory."""
-    per, fixed = _pool_totals(parts, memory)
+    per, fixed = pool_totals(parts, memory)
     budget = max_groups
     for pool, b in per.items():
         share = memory[pool]["free"] / (n_devices if pool == "host" else 1)
@@ -406,7 +415,7 @@ def chunk_plan(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy=None, *
         from jax.experimental import multihost_utils
 
         episodes = int(multihost_utils.broadcast_one_to_all(np.int64(episodes)))
-    per, fixed = _pool_totals(parts, memory)
+    per, fixed = pool_totals(parts, memory)
     return {"requested": "auto", "episodes": episodes, "groups_per_chunk": episodes // spec.n_rollouts,
             "max_groups_per_scene": max_groups, "n_devices": n_devices, "fraction": SAFETY,
             "bytes_per_episode": per, "fixed_bytes": fixed, "memory": memory,
@@ -434,7 +443,7 @@ def run_grid(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy, out_dir,
     mesh = shard.device_mesh(n_devices)
     spec, fp = open_folder(out, spec, checkpoints, policy, mesh.size)  # spec.chunk is a number from here on
     chunks = plan(spec, checkpoints)
-    todo = shard.host_share(pending_chunks(out, len(chunks)))
+    todo = shard.host_share(pending_chunks(out, len(chunks), fp, log=tqdm.write))
     if embeddings is None:
         embeddings = embed_variants(spec, lang, suite)
     runner = _Runner(spec, checkpoints, policy, mesh, embeddings, policy_fn)
@@ -484,9 +493,33 @@ def _chunk_path(out: Path, i: int) -> Path:
     return out / "chunks" / f"{i:05d}.h5"
 
 
-def pending_chunks(out_dir, n_chunks: int) -> list[int]:
-    """Chunks of a grid folder not yet written."""
-    return [i for i in range(n_chunks) if not _chunk_path(Path(out_dir), i).exists()]
+def chunk_problem(path: Path, fp: str, i: int) -> str | None:
+    """Why the chunk file at `path` cannot stand as chunk i of grid `fp` (None: it can)."""
+    if not path.exists():
+        return "missing"
+    try:
+        cols, meta = episodes.read_columns(path)
+    except ClbenchError as e:
+        return str(e)
+    if meta.get("fingerprint") != fp or meta.get("chunk") != i:
+        return f"written for chunk {meta.get('chunk')} of grid {meta.get('fingerprint')}"
+    if len({len(v) for v in cols.values()}) != 1 or "status" not in cols:
+        return "columns of different lengths or no status column"
+    return None
+
+
+def pending_chunks(out_dir, n_chunks: int, fp: str | None = None, log=None) -> list[int]:
+    """Chunks of a grid folder still to run: not written, or (with the grid's fingerprint `fp`) written but
+    unreadable, truncated or from another grid -- those are reported through `log` and recomputed."""
+    out = []
+    for i in range(n_chunks):
+        path = _chunk_path(Path(out_dir), i)
+        why = ("missing" if not path.exists() else None) if fp is None else chunk_problem(path, fp, i)
+        if why is not None:
+            out.append(i)
+            if why != "missing" and log is not None:
+                log(f"grid: chunk file {path} is damaged ({why}); recomputing it")
+    return out
 
 
 def open_folder(out: Path, spec: GridSpec, checkpoints, policy, n_devices: int) -> tuple[GridSpec, str]:
@@ -495,8 +528,18 @@ def open_folder(out: Path, spec: GridSpec, checkpoints, policy, n_devices: int) 
     it), and one of another grid is refused. The fingerprint hashes the chunk size itself, so an "auto" grid resumes
     a folder begun with the same number of episodes per chunk (and older folders, which recorded only that)."""
     path = out / "grid.json"
+    doc = None
     if path.exists():
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:  # a damaged manifest: planned anew; chunk files of this grid are kept
+            from tqdm.auto import tqdm
+
+            tqdm.write(f"grid: {path} is damaged ({e}); writing it again (chunk files of this grid are kept)")
+            doc = None
+    if doc is not None:
         started = (doc.get("chunk") or {}).get("episodes", doc.get("spec", {}).get("chunk"))
         if spec.chunk == "auto" and started is not None:
             spec = replace(spec, chunk=int(started))

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from clbench_jax.errors import ClbenchError
-from clbench_jax.jsonio import write_text
+from clbench_jax.jsonio import read_json, write_json, write_text
 
 
 def _pm(d: dict | None, scale: float = 100.0) -> str:
@@ -32,7 +32,7 @@ def learning_curves(run_dir: Path) -> dict:
     """{method: {seed: curves}} from train/*/metrics.json (runs without curves are skipped)."""
     out: dict = {}
     for p in sorted((run_dir / "train").glob("*/metrics.json")):
-        m = json.loads(p.read_text())
+        m = read_json(p, "training metrics")
         cfg = m.get("config", {})
         if m.get("curves") and cfg.get("algo") is not None:
             out.setdefault(cfg["algo"], {})[cfg["seed"]] = m["curves"]
@@ -87,7 +87,7 @@ def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = Non
            "action_level": {"file": battery.FILE if act else None, "note": note, "summary": battery.summary(act)},
            "table3": battery.table3(cols, len(tasks), act),
            "coverage": cov if cov else {"skipped": cov_note}}
-    write_text(run_dir / "metrics.json", json.dumps(doc, indent=1))
+    write_json(run_dir / "metrics.json", doc)
     write_report(run_dir, doc, tensors, curves)
     return doc
 
@@ -144,7 +144,7 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     meta = {**{k: metas[0].get(k) for k in MERGE_KEYS}, "fingerprint": fp, "merged_from": list(map(str, sources)),
             "checkpoints": [c for m in metas for c in m.get("checkpoints", [])]}
     episodes.write_columns(out / "grid" / "episodes.h5", episodes.concat(parts), meta)
-    write_text(out / "grid" / "grid.json", json.dumps(meta, indent=1))
+    write_json(out / "grid" / "grid.json", meta)
     if configs[0][1] is not None:
         merged = dict(configs[0][1], methods=list(dict.fromkeys(m for m, _ in owner)),
                       seeds=sorted({s for _, s in owner}))
@@ -654,7 +654,7 @@ def plot_gaps(gaps: dict, path: str) -> None:
 def _curve_epochs(run_dir: Path, method: str, seed: int, curves) -> list:
     p = run_dir / "train" / f"{method}_s{seed}" / "metrics.json"
     if p.exists():
-        ep = json.loads(p.read_text()).get("curve_epochs")
+        ep = read_json(p, "training metrics").get("curve_epochs")
         if ep:
             return ep
     return [list(range(len(c))) for c in curves]

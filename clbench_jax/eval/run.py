@@ -24,9 +24,12 @@ from typing import Any
 
 import yaml
 
-from clbench_jax.errors import ClbenchError
+from clbench_jax.configs import at_least, check_ranges, one_of, typed_values
+from clbench_jax.errors import ClbenchError, ConfigError
 from clbench_jax.jsonio import write_text
-from clbench_jax.lifelong.config import read_yaml_mapping
+from clbench_jax.lifelong.config import make_config, read_yaml_mapping
+from clbench_jax.lifelong.loop import finished_stages
+from clbench_jax.paths import repo_file
 
 
 @dataclass(frozen=True)
@@ -47,64 +50,106 @@ class RunConfig:
         return d
 
 
-GRID_KEYS = {"variants": None,  # a clbench-variants JSON file; None: original instructions only
-             # evaluated conditions (grid.CONDITIONS): the file's variants, probe = its unverified collision
-             # probes, occ = the original instruction with blanked perception (built here, not in the file)
-             "conditions": ["original", "paraphrase", "contrast", "collision", "probe", "swap", "occ", "nonsense"],
-             "max_per_condition": None,  # at most this many variants per task and condition (file order)
-             "final_only": ["probe", "swap", "occ", "nonsense"],  # met by the final stage's checkpoints only
-             "floors": ["do-nothing", "random-motion"],  # eval/floors.py; [] for none
-             "n_rollouts": 20, "horizon": 600, "warmup": 5, "seed": 0, "backend": "native",
-             "chunk": "auto",  # episodes per chunk per device, or "auto": as many as fit (grid.chunk_plan)
-             "mjx_impl": "jax",
-             "deterministic": None,  # None: as the training evaluation (train.deterministic_eval)
-             "devices": None}
+@dataclass(frozen=True)
+class GridSettings:
+    """The `grid:` section of a run config (its field types are what the config may hold)."""
+    variants: str | None = None  # a clbench-variants JSON file; None: original instructions only
+    # evaluated conditions (grid.CONDITIONS): the file's variants, probe = its unverified collision probes,
+    # occ = the original instruction with blanked perception (built here, not in the file)
+    conditions: tuple[str, ...] = ("original", "paraphrase", "contrast", "collision", "probe", "swap", "occ",
+                                   "nonsense")
+    max_per_condition: int | None = None  # at most this many variants per task and condition (file order)
+    final_only: tuple[str, ...] = ("probe", "swap", "occ", "nonsense")  # met by the final stage's checkpoints only
+    floors: tuple[str, ...] = ("do-nothing", "random-motion")  # eval/floors.py; [] for none
+    n_rollouts: int = 20
+    horizon: int = 600
+    warmup: int = 5
+    seed: int = 0
+    backend: str = "native"
+    chunk: int | str = "auto"  # episodes per chunk per device, or "auto": as many as fit (grid.chunk_plan)
+    mjx_impl: str = "warp"
+    deterministic: bool | None = None  # None: as the training evaluation (train.deterministic_eval)
+    devices: int | None = None
+
+
+GRID_KEYS = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(GridSettings()).items()}
+
+
+def _grid_rules() -> list:
+    from clbench_jax.eval.grid import CONDITIONS
+
+    return [at_least("n_rollouts", 1), at_least("horizon", 1), at_least("warmup", 0), at_least("seed", 0),
+            at_least("max_per_condition", 1, optional=True), at_least("devices", 1, optional=True),
+            one_of("backend", ("native", "mjx")), one_of("mjx_impl", ("jax", "warp")),
+            ("chunk", lambda g: g.chunk == "auto" or (isinstance(g.chunk, int) and g.chunk >= 1),
+             "a positive number of episodes or 'auto'"),
+            ("conditions", lambda g: set(g.conditions) <= set(CONDITIONS) and "original" in g.conditions,
+             "a list of " + ", ".join(CONDITIONS) + " holding original"),
+            ("final_only", lambda g: set(g.final_only) <= set(CONDITIONS), "a list of " + ", ".join(CONDITIONS))]
 
 
 def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
+    """The run config file plus flag overrides, checked whole before anything runs: every key's type and range,
+    the suite and task order, every method's training config and hyper-parameters, the demos settings, and the
+    grid (its variant file read and matched to the run's tasks). ConfigError names the file and the field."""
+    from clbench_jax.algos import ALGORITHMS, make_algorithm
+    from clbench_jax.data.collect import CollectConfig
+    from clbench_jax.tasks.spec import SUITES
+    from clbench_jax.tasks.suites import task_order
+
+    from clbench_jax.lifelong.config import TrainConfig
+
     where = os.fspath(path)
     values = read_yaml_mapping(where)
+    train_only = sorted(set(values) - {f.name for f in dataclasses.fields(RunConfig)})
+    if "algo" in values and set(train_only) <= {f.name for f in dataclasses.fields(TrainConfig)}:
+        raise ConfigError("this is a training config (algo, epochs ...): run it with `clbench train --config FILE`",
+                          file=where, field="algo")
     values.update({k: v for k, v in overrides.items() if v is not None})
-    names = {f.name for f in dataclasses.fields(RunConfig)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ClbenchError(f"unknown key(s) {unknown}; known: {sorted(names)}", file=where, field=unknown[0])
-    bad_grid = sorted(set(values.get("grid") or {}) - set(GRID_KEYS))
-    if bad_grid:
-        raise ClbenchError(f"unknown grid key(s) {bad_grid}; known: {sorted(GRID_KEYS)}", file=where,
-                           field=f"grid.{bad_grid[0]}")
-    for k in ("methods", "seeds"):
-        if k in values:
-            if not values[k]:
-                raise ClbenchError("must list at least one entry", file=where, field=k)
-            values[k] = tuple(values[k])
-    cfg = RunConfig(**values)
-    for k in ("suite", "algo", "seed", "order", "n_tasks"):
+    cfg = RunConfig(**typed_values(RunConfig, values, file=where))
+    check_ranges(cfg, [one_of("suite", SUITES), at_least("order", 0), at_least("n_tasks", 1, optional=True),
+                       ("methods", lambda c: c.methods and set(c.methods) <= set(ALGORITHMS)
+                        and len(set(c.methods)) == len(c.methods), "distinct methods of " + ", ".join(ALGORITHMS)),
+                       ("seeds", lambda c: c.seeds and min(c.seeds) >= 0 and len(set(c.seeds)) == len(c.seeds),
+                        "distinct seeds >= 0")], file=where)
+    for k in ("suite", "algo", "seed", "order", "n_tasks", "algo_kwargs", "demos_dir"):
         if k in cfg.train:
-            raise ClbenchError(f"set {k} at the top level of a run config, not under train", file=where,
-                               field=f"train.{k}")
-    from clbench_jax.algos import ALGORITHMS
-
-    for m in cfg.methods:
-        if m not in ALGORITHMS:
-            raise ClbenchError(f"unknown method {m!r}; choose from {sorted(ALGORITHMS)}", file=where, field="methods")
-    train_config(cfg, cfg.methods[0], cfg.seeds[0], where=where)  # validates the train keys
-    from clbench_jax.eval.floors import check_floors
-    from clbench_jax.eval.grid import CONDITIONS, check_chunk
-
-    g = grid_settings(cfg)
-    for key in ("conditions", "final_only"):
-        unknown = [c for c in g[key] if c not in CONDITIONS]
-        if unknown:
-            raise ClbenchError(f"unknown condition(s) {unknown}; known: {list(CONDITIONS)}", file=where,
-                               field=f"grid.{key}")
-    if "original" not in g["conditions"]:
-        raise ClbenchError("the grid needs the original condition", file=where, field="grid.conditions")
+            raise ConfigError(f"set {k} at the top level of a run config, not under train", file=where,
+                              field=f"train.{k}")
     try:
-        check_floors(g["floors"])
+        n_order = len(task_order(cfg.suite, cfg.order))
     except ClbenchError as e:
-        raise ClbenchError(e.message, file=where, field="grid.floors") from None
-    if "occ" in g["conditions"]:  # a policy with nothing to blank fails here, before any training
+        raise ConfigError(str(e), file=where, field="order") from None
+    if cfg.n_tasks is not None and cfg.n_tasks > n_order:
+        raise ConfigError(f"must be at most {n_order} (the tasks of {cfg.suite}), not {cfg.n_tasks}", file=where,
+                          field="n_tasks")
+    for m, kw in cfg.algo_kwargs.items():
+        if not isinstance(kw, dict):
+            raise ConfigError(f"must be a mapping of {m}'s hyper-parameters, not {kw!r}", file=where,
+                              field=f"algo_kwargs.{m}")
+        try:
+            make_algorithm(m, **kw)
+        except ClbenchError as e:
+            raise ConfigError(str(e), file=where, field=f"algo_kwargs.{m}") from None
+    for m in cfg.methods:
+        train_config(cfg, m, cfg.seeds[0], where=where)  # every method's training config, typed and ranged
+    demos = typed_values(CollectConfig, {k: v for k, v in cfg.demos.items() if k != "dir"}, file=where,
+                         prefix="demos.")
+    if not isinstance(cfg.demos.get("dir", "runs/demos"), str) or not cfg.demos.get("dir", "runs/demos"):
+        raise ConfigError(f"must be a folder name, not {cfg.demos['dir']!r}", file=where, field="demos.dir")
+    try:
+        CollectConfig(**demos)
+    except ClbenchError as e:
+        raise ConfigError(str(e), file=where, field=f"demos.{e.field}") from None
+    g = GridSettings(**typed_values(GridSettings, cfg.grid, file=where, prefix="grid."))
+    check_ranges(g, _grid_rules(), file=where, prefix="grid.")
+    from clbench_jax.eval.floors import check_floors
+
+    try:
+        check_floors(g.floors)
+    except ClbenchError as e:
+        raise ConfigError(e.message, file=where, field="grid.floors") from None
+    if "occ" in g.conditions:  # a policy with nothing to blank fails here, before any training
         from clbench_jax.eval.faces import occlusion_keys
         from clbench_jax.lifelong.loop import make_policy
         from clbench_jax.policies.act import obs_keys
@@ -112,23 +157,25 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
         try:
             occlusion_keys(obs_keys(make_policy(train_config(cfg, cfg.methods[0], cfg.seeds[0]))))
         except ClbenchError as e:
-            raise ClbenchError(e.message, file=where, field="grid.conditions", token="occ") from None
-    chunk = g["chunk"]
-    try:  # a bad grid.chunk fails here, before hours of training
-        check_chunk(chunk)
-    except ClbenchError as e:
-        raise ClbenchError(f"bad value {chunk!r}: a positive number of episodes or 'auto'", file=where,
-                           field="grid.chunk") from e
+            raise ConfigError(e.message, file=where, field="grid.conditions", token="occ") from None
+    if g.backend == "mjx" and train_config(cfg, cfg.methods[0], cfg.seeds[0]).obs == "rgb":
+        raise ConfigError("the mjx backend has no RGB observations yet; use backend native for RGB", file=where,
+                          field="grid.backend")
+    if g.variants:
+        from clbench_jax.eval.grid import variants_from_file
+
+        try:
+            variants_from_file(repo_file(g.variants), run_tasks(cfg), suite=cfg.suite)
+        except ClbenchError as e:
+            raise ConfigError(str(e), file=where, field="grid.variants") from None
     return cfg
 
 
 def train_config(cfg: RunConfig, method: str, seed: int, where: str | None = None):
-    from clbench_jax.lifelong.config import make_config
-
     demos_dir = cfg.demos.get("dir", os.path.join("runs", "demos"))
     values = dict(cfg.train, suite=cfg.suite, algo=method, seed=seed, order=cfg.order, n_tasks=cfg.n_tasks,
                   demos_dir=demos_dir, algo_kwargs=cfg.algo_kwargs.get(method, {}))
-    return make_config(values, where)
+    return make_config(values, where, prefix="train.")
 
 
 def grid_settings(cfg: RunConfig) -> dict:
@@ -142,16 +189,23 @@ def run_tasks(cfg: RunConfig):
 
 
 def _check_folder(out: Path, cfg: RunConfig) -> None:
-    """A run folder belongs to one run config (like the lifelong loop's results folders)."""
+    """A run folder belongs to one run config (like the lifelong loop's results folders): write it, or refuse a
+    folder holding another config once work is done there (a finished training stage or grid chunk); before
+    that (a start that failed) nothing is lost and the new config replaces the old one."""
     path = out / "config.yaml"
     new = cfg.to_dict()
     if path.exists():
-        old = yaml.safe_load(path.read_text()) or {}
+        try:
+            old = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ClbenchError(f"cannot read the folder's config ({e}); use another --out", file=str(path)) from None
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        if diff:
+        if not diff:
+            return
+        done = any(finished_stages(t) for t in (out / "train").glob("*")) or any((out / "grid").glob("chunks/*.h5"))
+        if done:
             raise ClbenchError(f"run folder holds a run with a different config ({diff[0]}); use another --out",
                                file=str(path), field=diff[0])
-        return
     write_text(path, yaml.safe_dump(new, sort_keys=False))
 
 
@@ -197,12 +251,11 @@ def grid_spec(cfg: RunConfig, tasks, obs: str, image_size: int):
     columns are all audited goals; which of them a checkpoint meets is the spec's conditions / max_per_condition /
     final_only (grid.evaluated)."""
     from clbench_jax.eval import grid as G
-    from clbench_jax.paths import repo_file
 
     g = grid_settings(cfg)
     G.check_chunk(g["chunk"])
     if g["variants"]:
-        variants = G.variants_from_file(repo_file(g["variants"]), tasks)
+        variants = G.variants_from_file(repo_file(g["variants"]), tasks, suite=cfg.suite)
     else:
         variants = tuple((G.original_variant(t),) for t in tasks)
     if "occ" in g["conditions"]:
@@ -227,13 +280,17 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     from clbench_jax.eval.grid import pending_chunks, plan, run_grid
     from clbench_jax.lifelong.loop import make_policy, run_lifelong
 
+    from clbench_jax.jsonio import check_writable
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _check_folder(out, cfg)
     tasks = run_tasks(cfg)
     runs = [(m, s) for m in cfg.methods for s in cfg.seeds]
     tcfgs = {r: train_config(cfg, *r) for r in runs}
     first = tcfgs[runs[0]]
+    check_writable(out, folder=True, field="--out")
+    check_writable(first.demos_dir, folder=True, field="demos.dir")
+    out.mkdir(parents=True, exist_ok=True)
+    _check_folder(out, cfg)
     stages = {r: 1 if r[0] == "multitask" else len(tasks) for r in runs}
     # Overall bar: one unit per demo task, per training stage and per grid chunk (the grid's count is known
     # once training is done; until then one unit per (run, stage) cell stands in for it).
@@ -265,8 +322,8 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
 
     (out / "grid").mkdir(exist_ok=True)
     n_dev = shard.device_mesh(grid_settings(cfg)["devices"]).size
-    spec, _ = open_folder(out / "grid", spec, cks, policy, n_dev)
-    overall.total = overall.n + len(pending_chunks(out / "grid", len(plan(spec, cks))))
+    spec, fp = open_folder(out / "grid", spec, cks, policy, n_dev)
+    overall.total = overall.n + len(pending_chunks(out / "grid", len(plan(spec, cks)), fp))
     overall.refresh()
     run_grid(spec, cks, policy, out / "grid", lang=first.lang, suite=cfg.suite, n_devices=grid_settings(cfg)["devices"],
              progress=progress, on_chunk=lambda i: overall.update(1))
@@ -368,8 +425,3 @@ def action_level_phase(run_dir, *, n_windows: int | None = None, batch_size: int
         stamps=stamps, log=log)
     return doc, None
 
-
-def finished_stages(train_dir: Path) -> list[int]:
-    """Finished stages of a lifelong run folder (its orbax step folders)."""
-    ck = train_dir / "checkpoints"
-    return sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit()) if ck.exists() else []

@@ -440,6 +440,8 @@ def build_suite(suite: str, generator: Generator, *, n_reset: int = 4, seed: int
         try:
             cands = generator.propose(t, tf)
         except ClbenchError as e:  # e.g. the LLM server kept failing: this task's request fails, the rest go on
+            if getattr(e, "stop_build", False):  # ... unless no request can succeed (unreachable, unauthorised)
+                raise
             cands, error = [], str(e)
         reset = ResetCheck(scenes[t.scene], t, n_reset, seed) if check_reset and error is None else None
         out.append(build_task(t, i, cands, reset, generator=generator.name, error=error))
