@@ -19,6 +19,37 @@ COMMAND_GROUPS: tuple[str, ...] = (
 )
 
 
+def check_args(a, **lows) -> None:
+    """Integer flags with a lower bound (`n=1` : --n must be >= 1): ConfigError naming the flag, before any work."""
+    from clbench_jax.errors import ConfigError
+
+    for name, low in lows.items():
+        v = getattr(a, name)
+        if v is not None and v < low:
+            raise ConfigError(f"must be >= {low}, not {v}", field="--" + name.replace("_", "-"))
+
+
+def check_out(path, field: str = "--out") -> None:
+    from clbench_jax.jsonio import check_writable
+
+    check_writable(path, field=field)
+
+
+def _check_memory(scene, n_episodes: int, backend: str) -> None:
+    """Refuse a batch of rollouts that cannot fit in memory (it would swap or hang, not fail)."""
+    from clbench_jax.errors import ConfigError
+    from clbench_jax.eval.grid import GridSpec, available_memory, episode_memory, pool_totals
+
+    parts = episode_memory(GridSpec(tasks=(), variants=(), n_rollouts=1, backend=backend), scene)
+    memory = available_memory()
+    per, fixed = pool_totals(parts, memory)
+    for pool, b in per.items():
+        need, free = n_episodes * b + fixed[pool], memory[pool]["free"]
+        if need > free / 2:
+            raise ConfigError(f"{n_episodes:,} episodes need about {need / 2**30:.1f} GiB of {pool} memory, "
+                              f"{free / 2**30:.1f} GiB is free; use a smaller --n", field="--n")
+
+
 def _task(key: str):
     from clbench_jax.tasks.suites import get_task
 
@@ -48,6 +79,7 @@ def cmd_sim_export(a):
     from clbench_jax.jsonio import write_text
     from clbench_jax.sim.scene import export_xml
 
+    check_out(a.out)
     task = _task(a.task)
     xml = export_xml(_scene_for(task), task)
     write_text(a.out, xml)
@@ -60,6 +92,8 @@ def cmd_sim_render(a):
     from clbench_jax.sim.init_states import make_init_bank
     from clbench_jax.sim.render import BatchRenderer, save_png
 
+    check_args(a, size=1, seed=0)
+    check_out(a.out)
     task = _task(a.task)
     scene = _scene_for(task)
     bank = make_init_bank(scene, task, 1, seed=a.seed)
@@ -77,6 +111,9 @@ def _run_random(tasks, scene, n_per_task, horizon, backend, seed, progress=True,
     from clbench_jax.sim import rollout
     from clbench_jax.sim.init_states import make_init_bank
 
+    _check_memory(scene, n_per_task * len(tasks), backend)
+    if progress:
+        print(f"settling {n_per_task} initial state(s) for each of {len(tasks)} task(s) ...", flush=True)
     banks = [make_init_bank(scene, t, n_per_task, seed=seed) for t in tasks]
     ids = np.concatenate([[scene.task_index(t.name)] * n_per_task for t in tasks])
     stack = rollout.task_stack(scene)
@@ -99,6 +136,7 @@ def _run_random(tasks, scene, n_per_task, horizon, backend, seed, progress=True,
 def cmd_sim_rollout(a):
     from clbench_jax.tasks.suites import suite_tasks
 
+    check_args(a, n=1, horizon=1, seed=0)
     tasks = suite_tasks(a.suite) if a.task is None else [_task(a.task)]
     scene = _scene_for(tasks[0])
     rec, ids, dt, _ = _run_random(tasks, scene, a.n, a.horizon, a.backend, a.seed)
@@ -115,8 +153,9 @@ def cmd_quickstart(a):
     from clbench_jax.tasks.format import format_suite_table
     from clbench_jax.tasks.suites import suite_tasks
 
-    print(format_suite_table(a.suite))
+    check_args(a, n=1, horizon=1, seed=0)
     tasks = suite_tasks(a.suite)
+    print(format_suite_table(a.suite))
     t0 = time.perf_counter()
     scene = _scene_for(tasks[0])
     m = scene.model
@@ -139,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="clbench", description=(
         "clbench-jax: the LIBERO lifelong robot-learning benchmark in JAX + MuJoCo. "
         "Start with `clbench quickstart`, then `clbench tasks list` and `clbench sim render TASK --out x.png`."))
+    p.add_argument("--debug", action="store_true", help="show the traceback of a failure (may go anywhere on the "
+                                                        "command line)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     q = sub.add_parser("quickstart", help="show a suite, build its scene, run batched random rollouts, print "
@@ -186,14 +227,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command -> exit code: 0 done, 2 bad input or a failure the message explains (one line: what, where,
+    what to do), 130 interrupted (rerun to resume), 1 an unexpected error (a bug). `--debug` (anywhere on the
+    line) shows the traceback of any failure."""
+    import traceback
+
     from clbench_jax.errors import ClbenchError
 
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    args = build_parser().parse_args([x for x in argv if x != "--debug"])
     try:
         args.fn(args)
     except ClbenchError as e:
+        if debug:
+            traceback.print_exc()
         print(f"clbench: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("clbench: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  (not an expected failure: say so in one line, traceback on --debug)
+        if debug:
+            traceback.print_exc()
+        print(f"clbench: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -8,6 +8,7 @@ class ClbenchError(Exception):
 
     def __init__(self, message: str, *, file: str | None = None, task: str | None = None,
                  line: int | None = None, field: str | None = None, token: str | None = None):
+        self.message = message  # without the location (to re-raise it with more of the location)
         self.file, self.task, self.line, self.field, self.token = file, task, line, field, token
         where = []
         if file:
@@ -43,6 +44,18 @@ class UnknownTaskError(ClbenchError):
 
 class DataFileError(ClbenchError):
     """A data file (HDF5, JSON) is missing a key, or has the wrong shape or dtype, or is truncated."""
+
+
+class ConfigError(ClbenchError):
+    """A config file, flag or argument has a value of the wrong type or out of range, or names something unknown."""
+
+
+class OutputError(ClbenchError):
+    """An output path cannot be written (no permission, a file where a folder should be, a shipped file)."""
+
+
+class TrainingError(ClbenchError):
+    """Training went numerically bad (a non-finite loss): names the stage, task and epoch."""
 
 
 class PhysicsError(ClbenchError):

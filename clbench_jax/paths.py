@@ -58,3 +58,12 @@ def cache_dir() -> Path:
     """Where derived data is cached (LIBERO scene captures, compiled controllers, encoder outputs):
     $CLBENCH_CACHE, else ~/.cache/clbench_jax."""
     return Path(os.environ.get("CLBENCH_CACHE", Path.home() / ".cache" / "clbench_jax"))
+
+
+def repo_file(path: str | os.PathLike) -> Path:
+    """A file a config names: as given when it exists or is absolute, else relative to the repository (configs name
+    files like configs/variants/libero_goal.offline.json from the repository root)."""
+    p = Path(path)
+    if p.exists() or p.is_absolute():
+        return p
+    return Path(__file__).resolve().parents[1] / p

@@ -102,7 +102,11 @@ def test_ewc_penalty_and_fisher_by_hand():
         np.testing.assert_allclose(st2["fisher"]["a"], 0.9 * np.array([5.0, 2.0]) + new_w * np.array([5.0, 2.0]))
         np.testing.assert_allclose(st2["anchor"]["b"], [[3.5]])
     assert float(make_ewc().penalty(params, make_ewc().init(params, 2))) == 0.0
-    assert zero["a"].shape == (2,)
+    # anchored at theta* itself the penalty vanishes; at zero it is sum F theta*^2 (last anchor, decayed Fisher)
+    assert float(ewc.penalty(st2["anchor"], st2)) == 0.0
+    fisher = 0.9 * np.array([5.0, 2.0]) + 0.1 * np.array([5.0, 2.0])
+    want = 5.0 * (fisher[0] * 2.0 ** 2 + fisher[1] * 0.0 ** 2 + (0.9 * 2.0 + 0.1 * 2.0) * 3.5 ** 2)
+    assert float(ewc.penalty(zero, st2)) == pytest.approx(want)
 
 
 def test_er_buffer_first_1000_windows_and_replay():

@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 from clbench_jax.data.hdf5 import write_demos
+from clbench_jax.errors import DataFileError
 from clbench_jax.eval import battery, episodes
 from clbench_jax.eval import language_metrics as M
 from clbench_jax.eval.grid import Checkpoint, Variant
 from clbench_jax.eval.report import finalize
-from clbench_jax.eval.run import RunConfig
+from clbench_jax.eval.run import RunConfig, action_level_phase, report
 from clbench_jax.lifelong.loop import derive_rng
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,8 +133,8 @@ def test_report_per_slot_achieved_goals_gap_figures_and_skip_reason(tmp_path):
     assert lang["collision"]["air"]["mean"] == pytest.approx(0.75)
     assert doc["metrics"]["seqft"]["paraphrase_gap"]["final_gap"]["mean"] == pytest.approx(-0.5)
     # no config.yaml: no action level, no coverage, both say why; Table III still has the collision pair
-    assert doc["action_level"]["file"] is None and "config.yaml" in doc["action_level"]["note"]
-    assert any("action-level metrics" in m and "config.yaml" in m for m in logged)
+    assert doc["action_level"]["file"] is None and "action_level.json" in doc["action_level"]["note"]
+    assert any("action-level metrics" in m and "action_level.json" in m for m in logged)
     assert "config.yaml" in doc["coverage"]["skipped"]
     assert [(r["task"], r["ogp"], r["ad"]) for r in doc["table3"]["rows"]] == [(0, 0.5, None)]
     saved = json.loads((tmp_path / "metrics.json").read_text())
@@ -141,7 +142,7 @@ def test_report_per_slot_achieved_goals_gap_figures_and_skip_reason(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "| seqft | n/a | 75.0 / 50.0 / 25.0 | n/a | 50.0 / 0.0 / 100.0 | n/a |" in md
     assert "| seqft | 25.0 ± 0.0 | 0.0 ± 0.0 | 25.0 ± 0.0 | 50.0 ± 0.0 | 75.0 ± 0.0 | n/a | n/a |" in md
-    assert "Not computed: no config.yaml in the run folder." in md
+    assert "Not computed: no action_level.json in the run folder." in md
     for png in ("fig3_contrast_slots.png", "fig4_collisions.png", "fig6_paraphrase_gaps.png"):
         assert f"]({png})" in md and (tmp_path / png).stat().st_size > 1000
     assert not (tmp_path / "fig5_coverage.png").exists()
@@ -155,7 +156,7 @@ def test_report_without_demos_skips_action_level_and_draws_coverage(tmp_path):
                     grid={"variants": vfile})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     episodes.write_columns(tmp_path / "grid" / "episodes.h5", _report_episodes(), {"tasks": ["task_a"]})
-    doc = finalize(tmp_path, log=lambda m: None)
+    doc = report(tmp_path, log=lambda m: None)
     assert doc["action_level"]["file"] is None and "no demos for task" in doc["action_level"]["note"]
     c = coverage(read_variants(vfile))["conditions"]
     assert doc["coverage"]["conditions"] == c
@@ -278,13 +279,14 @@ def test_action_level_file_for_a_tiny_policy(tiny, tmp_path):
 
 
 def test_action_level_skip_reasons(tmp_path):
-    assert battery.run_action_level(tmp_path) == (None, "no config.yaml in the run folder")
+    assert action_level_phase(tmp_path) == (None, "no config.yaml in the run folder")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(RunConfig(n_tasks=1).to_dict()))
-    doc, why = battery.run_action_level(tmp_path)
+    doc, why = action_level_phase(tmp_path)
     assert doc is None and "no variant file" in why
     (tmp_path / "action_level.json").write_text("{}")
-    with pytest.raises(Exception, match="action_level.json"):
+    with pytest.raises(DataFileError, match="action_level.json") as e:
         battery.read_action_level(tmp_path / "action_level.json")
+    assert e.value.field == "format"
 
 
 def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):
@@ -320,11 +322,14 @@ def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):
     rows = [("seqft", 0, 1, j, f"x{j}", "collision", "object", -1, (s,), (0,), 1, "ok")
             for j in (0, 1) for s in (1, 0)]
     episodes.write_columns(tmp_path / "grid" / "episodes.h5", _cols(rows, 1), {"tasks": [t.name for t in tasks]})
-    doc = finalize(tmp_path, log=lambda m: None)
+    doc = report(tmp_path, log=lambda m: None)
     assert doc["action_level"] == dict(doc["action_level"], file="action_level.json", note=None)
     act = battery.read_action_level(tmp_path / "action_level.json")
     got = [t["conditions"] for t in act["runs"]["seqft_s0"]["tasks"]]
-    assert all(set(c) == {"paraphrase", "contrast", "collision"} for c in got)  # both tasks have all three
+    # every perturbed instruction condition of each task (occ changes observations: no action level); the drawer
+    # task has no swap (no other object can be opened)
+    five = sorted(("paraphrase", "contrast", "collision", "swap", "nonsense"))
+    assert [sorted(c) for c in got] == [[c for c in five if c != "swap"], five]
     assert all(c[k]["variants"] == 1 and c[k]["ad"] > 0 for c in got for k in c)  # max_per_condition: 1
     s = doc["action_level"]["summary"]["seqft"]["collision"]["ad"]["mean"]
     assert s == pytest.approx(np.mean([c["collision"]["ad"] for c in got]))
@@ -332,8 +337,10 @@ def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert f"| seqft | collision | {s:.3f} ± 0.000 |" in md
     before = (tmp_path / "action_level.json").stat().st_mtime_ns
-    finalize(tmp_path, log=lambda m: None)
+    assert report(tmp_path, log=lambda m: None)["action_level"] == doc["action_level"]
     assert (tmp_path / "action_level.json").stat().st_mtime_ns == before
+    # the report alone reads the file and computes nothing
+    assert finalize(tmp_path, log=lambda m: None)["action_level"]["summary"] == doc["action_level"]["summary"]
 
 
 def test_action_level_skips_a_task_without_demos(tiny, tmp_path):

@@ -172,9 +172,9 @@ def test_attempt_cap_and_state_only(tmp_path):
     assert ex["attempts"] == 4 and ex["surplus"] == 0 and meta["num_demos"] == ex["successes"] <= 4
     assert not ex["complete"]
     assert is_finished(rows[0]["path"], cfg)
-    if meta["num_demos"]:
-        d = hdf5.read_demos(rows[0]["path"])[0]
-        assert not set(hdf5.RGB_KEYS) & set(d["obs"])
+    assert meta["num_demos"] >= 1  # the stove task succeeds in most attempts (docs/ORACLE.md): 4 give at least one
+    d = hdf5.read_demos(rows[0]["path"])[0]
+    assert not set(hdf5.RGB_KEYS) & set(d["obs"])
 
 
 def test_cli_inspect_and_video(collected, tmp_path, capsys):
@@ -206,19 +206,32 @@ def test_refused_task_is_skipped(tmp_path):
         CollectConfig(n=0)
 
 
+FREE_STEPS = 5  # the first actions: the hand moves in free space towards the knob (contact comes ~30 steps later)
+
+
 @pytest.mark.slow
-def test_batch_size_changes_speed_not_data(collected, tmp_path):
-    """One world at a time runs the same attempts, keeps the same ones and counts the same as the 4-world stream
-    (another compile: slow). XLA rounds the vmapped oracle differently per batch size (~1e-7), so the actions
-    agree to rounding, not bit for bit."""
+def test_batch_size_changes_speed_and_rounding_only(collected, tmp_path):
+    """One world at a time (another compile: slow) runs the same attempts as the 4-world stream: attempt k starts
+    from the same initial state with the same policy key, bit for bit. The actions are not bit-identical: XLA rounds
+    the vmapped oracle differently per batch size (~1e-7 in the first action), the arm carries it on, and once the
+    hand touches the knob contact can grow it without bound, so late actions, and even an attempt's outcome, may
+    differ on another batch size or CPU. What holds on any machine: the first actions agree to 1e-4 (this machine
+    shows < 5e-7; two different attempts differ by > 1e-2, so the bound still tells attempts apart), and the oracle
+    collects its n demos at either batch size."""
     out, _ = collected
     cfg = CollectConfig(**{**CFG.__dict__, "batch": 1, "images": False})
     rows = collect_tasks([get_task(TASK)], tmp_path, cfg, progress=False, log=lambda s: None)
-    a, b = hdf5.read_demos(task_file(out, get_task(TASK)), keys=[]), hdf5.read_demos(rows[0]["path"], keys=[])
-    assert [d["attrs"]["attempt"] for d in a] == [d["attrs"]["attempt"] for d in b]
-    for x, y in zip(a, b):
-        assert len(x["actions"]) == len(y["actions"])
-        np.testing.assert_allclose(x["actions"], y["actions"], atol=1e-4)
+    a = {d["attrs"]["attempt"]: d for d in hdf5.read_demos(task_file(out, get_task(TASK)), keys=[])}
+    b = {d["attrs"]["attempt"]: d for d in hdf5.read_demos(rows[0]["path"], keys=[])}
+    assert len(a) == len(b) == CFG.n
+    common = sorted(set(a) & set(b))
+    assert len(common) >= 2  # attempts that succeeded at both batch sizes
+    for k in common:
+        x, y = a[k], b[k]
         np.testing.assert_array_equal(x["states"][0], y["states"][0])
-    ea, eb = hdf5.read_meta(task_file(out, get_task(TASK)))["extras_attrs"], hdf5.read_meta(rows[0]["path"])["extras_attrs"]
-    assert (ea["attempts"], ea["failures"]) == (eb["attempts"], eb["failures"])
+        np.testing.assert_array_equal(x["attrs"]["policy_key"], y["attrs"]["policy_key"])
+        np.testing.assert_allclose(x["actions"][:FREE_STEPS], y["actions"][:FREE_STEPS], rtol=0, atol=1e-4)
+    first, second = a[common[0]]["actions"][:FREE_STEPS], a[common[1]]["actions"][:FREE_STEPS]
+    assert np.abs(first - second).max() > 1e-2
+    ex = hdf5.read_meta(rows[0]["path"])["extras_attrs"]
+    assert ex["attempts"] == ex["successes"] + ex["failures"] and ex["successes"] == CFG.n

@@ -1,10 +1,11 @@
 """The evaluation grid on real physics: a tiny random-init BC-Transformer stacked over checkpoints, two libero_goal
-tasks, an original instruction and a goal-override contrast, short horizons.
+tasks, an original instruction, goal-override contrasts and an occ face, short horizons.
 
-Checks: only valid cells (j <= stage) run, one row per episode; the contrast is judged on (and stops at) its own
-goal; failed cells are recorded with their reason while the others run; a grid interrupted after a chunk resumes
-without redoing it and ends identical to an uninterrupted one; a grid group equals the same episodes run directly
-through the rollout engine."""
+Checks: only valid cells (j <= stage) run, one row per episode; the contrast is judged on its own goal and runs to
+the horizon; a capped contrast is not evaluated but its goal is still a goal column; occ runs at the final stage
+only, with the object tokens' identity blanked; failed cells are recorded with their reason while the others run; a
+grid interrupted after a chunk resumes without redoing it and ends identical to an uninterrupted one; a grid group
+equals the same episodes run directly through the rollout engine."""
 
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from clbench_jax.eval.episodes import read_columns
 TINY = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, seq_len=4, gmm_hidden=(32,),
             gmm_modes=3)
 R, H = 2, 10
-# Holds after reset: the bowl sits in its :init region, so this contrast succeeds at once and stops its episode.
+# Holds after reset: the bowl sits in its :init region, so this contrast succeeds at once (and runs on).
 HELD = (("on", "akita_black_bowl_1", "main_table_akita_black_bowl_region"),)
+TOP = (("open", "wooden_cabinet_1_top_region"),)  # a second contrast, capped by max_per_condition
 
 
 class Interrupted(Exception):
@@ -47,10 +49,15 @@ def setup():
 
     cks = [G.Checkpoint("m", 0, 0, lambda j: ps[0]), G.Checkpoint("m", 0, 1, lambda j: ps[1]),
            G.Checkpoint("nan", 0, 1, lambda j: nan), G.Checkpoint("gone", 0, 1, broken)]
-    variants = ((G.original_variant(tasks[0]), G.Variant("c", "contrast", "leave the bowl", HELD, "action")),
+    orig = G.original_variant(tasks[0])
+    variants = ((orig, G.Variant("c", "contrast", "leave the bowl", HELD, "action"),
+                 G.Variant("c2", "contrast", "open the top drawer", TOP, "attribute"),
+                 G.Variant("o", "occ", orig.text, orig.goal)),
                 (G.original_variant(tasks[1]),))
-    spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=R, horizon=H, chunk=4)
+    spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=R, horizon=H, chunk=4, max_per_condition=1,
+                      final_only=("occ",))
     emb = [np.random.default_rng(j).normal(size=(len(vs), 384)).astype(np.float32) for j, vs in enumerate(variants)]
+    emb[0][3] = emb[0][0]  # occ reads the original instruction: only the blanked tokens differ
     return dict(policy=policy, tasks=tasks, scene=scene, ps=ps, cks=cks, spec=spec, emb=emb)
 
 
@@ -63,21 +70,39 @@ def full(setup, tmp_path_factory):
 
 def test_cells_rows_and_outcomes(setup, full):
     out, cols = full
-    # cells: (m,0): task 0 x 2 variants; (m,1), (nan,1), (gone,1): task 0 x 2 + task 1 x 1 -> 11 groups x R rows
-    assert len(cols["method"]) == 11 * R
-    assert (cols["task"] <= cols["stage"]).all()
-    assert cols["success"].shape == (11 * R, 2)  # two goal columns: task 0's original and the contrast
+    # cells: (m,0): task 0 x {original, c} (occ is final-only, c2 capped); (m,1), (nan,1), (gone,1): task 0 x
+    # {original, c, occ} + task 1 x 1 -> 14 groups x R rows
+    assert len(cols["method"]) == 14 * R
+    assert (cols["task"] <= cols["stage"]).all() and "c2" not in set(cols["variant"])
+    assert not ((cols["condition"] == "occ") & (cols["stage"] == 0)).any()
+    # three goal columns: task 0's original and both contrasts (c2 was not evaluated: G_j is every audited goal)
+    assert cols["success"].shape == (14 * R, 3) and (cols["n_audited"][cols["task"] == 0] == 3).all()
     ran = cols["status"] == "ok"
-    assert set(cols["method"][ran]) == {"m"} and ran.sum() == 5 * R
+    assert set(cols["method"][ran]) == {"m"} and ran.sum() == 6 * R
     nan_cell = cols["status"][cols["method"] == "nan"]
     assert all(s.startswith("failed cell: non-finite values in parameter") for s in nan_cell)
     assert all("FileNotFoundError: checkpoint stage 1 missing" in s for s in cols["status"][cols["method"] == "gone"])
     c = ran & (cols["condition"] == "contrast")
     o = ran & (cols["variant"] == f"{setup['tasks'][0].name}/original")
     assert (cols["target"][c] == 1).all() and (cols["target"][o] == 0).all()
-    # The contrast's goal held at reset and at once: success on its column, the episode stopped at step 1.
+    # The contrast's goal held at reset and at once: success on its column, and the episode runs to the horizon
+    # (the original goal is still open).
     assert cols["held_at_reset"][c, 1].all() and cols["success"][c, 1].all()
-    assert (cols["first_success"][c, 1] == 1).all() and (cols["length"][c] == 1).all()
+    assert (cols["first_success"][c, 1] == 1).all() and (cols["length"][c] == H).all()
+    # what each variant names: the drawer's cabinet for the original, the bowl for the contrast
+    assert set(cols["original_object"][o | c]) == {"wooden_cabinet_1"}
+    assert set(cols["named_object"][c]) == {"akita_black_bowl_1"} and set(cols["named_object"][o]) == {
+        "wooden_cabinet_1"}
+    assert set(cols["first_grasp_object"][ran]) <= {""} | {"akita_black_bowl_1", "wooden_cabinet_1", "plate_1",
+                                                           "cream_cheese_1", "wine_bottle_1", "flat_stove_1",
+                                                           "wine_rack_1"}
+    assert ((cols["first_grasp_object"] == "") == (cols["first_grasp"] < 0)).all()
+    # occ: same instruction embedding, same starts and noise as the original at stage 1, blanked token identity:
+    # the policy acts differently
+    occ = ran & (cols["condition"] == "occ")
+    o1 = o & (cols["stage"] == 1)
+    np.testing.assert_array_equal(cols["rollout"][occ], cols["rollout"][o1])
+    assert not np.array_equal(cols["ee_disp_max"][occ], cols["ee_disp_max"][o1])
     # Every episode of task 0 records both columns: the same bowl goal held in the original episodes too.
     assert cols["held_at_reset"][o, 1].all()
     assert (cols["length"][o] == H).all() and not cols["success"][o, 0].any()  # a random policy opens no drawer
@@ -93,13 +118,14 @@ def test_cells_rows_and_outcomes(setup, full):
     back, meta = read_columns(out / "episodes.h5")
     for k in cols:
         np.testing.assert_array_equal(back[k], cols[k])
-    assert meta["goal_columns"][0] == [[["open", "wooden_cabinet_1_middle_region"]], [list(HELD[0])]]
+    assert meta["goal_columns"][0] == [[["open", "wooden_cabinet_1_middle_region"]], [list(HELD[0])],
+                                       [list(TOP[0])]]
 
 
 def test_resume_after_interruption_is_identical(setup, full, tmp_path):
     s = setup
     n_chunks = len(G.plan(s["spec"], s["cks"]))
-    assert n_chunks == 6  # 11 groups, 2 per chunk
+    assert n_chunks == 7  # 14 groups, 2 per chunk
 
     def stop_after_two(i):
         if i == 1:
@@ -114,7 +140,7 @@ def test_resume_after_interruption_is_identical(setup, full, tmp_path):
     ran = []
     cols = G.run_grid(s["spec"], s["cks"], s["policy"], tmp_path, embeddings=s["emb"], progress=False,
                       on_chunk=ran.append)
-    assert ran == [2, 3, 4, 5] and (tmp_path / "chunks" / "00000.h5").stat().st_mtime_ns == mtime
+    assert ran == [2, 3, 4, 5, 6] and (tmp_path / "chunks" / "00000.h5").stat().st_mtime_ns == mtime
     for k, v in full[1].items():
         np.testing.assert_array_equal(cols[k], v, err_msg=k)
 
@@ -131,7 +157,7 @@ def test_group_equals_direct_rollout(setup, full):
     scene, task = s["scene"], s["tasks"][0]
     bank = init_bank(scene, task, R, 0)
     goal = [tuple((a.pred, *a.args) for a in task.goal)]
-    tables = env.stack([compile_goal(scene.layout, g, GOAL_ROWS) for g in goal + goal + [HELD]])
+    tables = env.stack([compile_goal(scene.layout, g, GOAL_ROWS) for g in goal + goal + [HELD, TOP]])
     batch = rollout.EpisodeBatch(
         task_ids=np.full(R, scene.task_index(task.name)), goals=jax.tree.map(lambda x: np.stack([x] * R), tables),
         state=bank.state[:R], mocap=bank.mocap[:R],
@@ -148,7 +174,8 @@ def test_group_equals_direct_rollout(setup, full):
 
 def test_refuses_another_grid_in_its_folder(setup, full):
     s = setup
-    other = G.GridSpec(tasks=s["spec"].tasks, variants=s["spec"].variants, n_rollouts=R, horizon=H + 1, chunk=4)
+    other = G.GridSpec(tasks=s["spec"].tasks, variants=s["spec"].variants, n_rollouts=R, horizon=H + 1, chunk=4,
+                       max_per_condition=1, final_only=("occ",))
     with pytest.raises(ClbenchError, match="another grid"):
         G.run_grid(other, s["cks"], s["policy"], full[0], embeddings=s["emb"], progress=False)
 
@@ -163,12 +190,19 @@ def test_variants_from_file():
     doc = {t["task"]: t for t in read_variants(path)["tasks"]}
     for task, v in zip(tasks, vs):
         assert v[0].condition == "original" and v[0].text == task.instruction
-        kept = [x for x in doc[task.name]["variants"] if x["retained"] and x["condition"] != "original"]
+        kept = [x for x in doc[task.name]["variants"] if (x["retained"] or x.get("probe") == "unverified")
+                and x["condition"] != "original"]
         assert [x.id for x in v[1:]] == [x["id"] for x in kept]
-        assert all(x.goal is None for x in v if x.condition == "collision")
+        # unverified collision probes are evaluated as their own condition, outside the collision aggregate
+        assert [x.condition == "probe" for x in v[1:]] == [x.get("probe") == "unverified" for x in kept]
+        assert all(x.goal is None for x in v if x.condition in ("collision", "probe"))
         assert all(x.goal == v[0].goal for x in v if x.condition == "paraphrase")
-        # Goal columns are the language battery's audited goals, in the same order.
-        assert G.goal_columns(v) == audited_goals(doc[task.name])
+        # Goal columns: the language battery's audited goals, in the same order, then the swaps' other goals.
+        cols, k = G.goal_columns(v), G.n_audited(v)
+        assert cols[:k] == audited_goals(doc[task.name])
+        swaps = [x.goal for x in v if x.condition == "swap"]
+        assert set(cols[k:]) == set(swaps) - set(cols[:k]) and len(cols) == len(set(cols))
+        assert all(G.target_column(v, x) >= 0 for x in v if x.condition in ("swap", "nonsense"))
 
 
 def test_settings_errors_stop_the_grid(setup, tmp_path):

@@ -112,7 +112,9 @@ def setup():
           "lang": np.zeros((1, 384), np.float32)}
     ps = [policy.init(jax.random.PRNGKey(i), ex) for i in range(2)]
     cks = [G.Checkpoint("m", 0, 0, lambda j: ps[0]), G.Checkpoint("m", 0, 1, lambda j: ps[1])]
-    variants = ((G.original_variant(tasks[0]), G.Variant("c", "contrast", "leave the bowl", HELD, "action")),
+    # a goal that holds at reset under a stop-at-goal condition: those episodes stop at once (short, as before
+    # contrasts ran to the horizon; longer episodes carry a chunk size's rounding further)
+    variants = ((G.original_variant(tasks[0]), G.Variant("c", "paraphrase", "leave the bowl", HELD)),
                 (G.original_variant(tasks[1]),))
     emb = [np.random.default_rng(j).normal(size=(len(vs), 384)).astype(np.float32) for j, vs in enumerate(variants)]
     spec = lambda chunk: G.GridSpec(tasks=tasks, variants=variants, n_rollouts=R, horizon=H, chunk=chunk)  # noqa

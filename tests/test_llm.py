@@ -10,7 +10,7 @@ import pytest
 
 from clbench_jax.language import frames as F
 from clbench_jax.language import variants as V
-from clbench_jax.language.llm import LLMConfig, LLMGenerator, LLMRequestError, request_key
+from clbench_jax.language.llm import LLMConfig, LLMEndpointError, LLMGenerator, LLMRequestError, redact, request_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def test_success_request_defaults_cache_and_validation(serve, tmp_path, task, re
     assert '"put the bowl on the stove"' in req["messages"][1]["content"]
     assert "flat_stove_1_cook_region (region)" in req["messages"][1]["content"]
     # the raw response is stored verbatim with its request
-    rec = json.loads((tmp_path / "cache" / f"{request_key(req)}.json").read_text())
+    rec = json.loads((tmp_path / "cache" / f"{request_key(req, s.url)}.json").read_text())
     assert rec["request"] == req and rec["response"] == completion(json.dumps(GOOD)).decode()
     tv = V.build_task(task, 1, cands, reset, generator="llm")
     kept = {(v.condition, v.slot): v for v in tv.variants if v.retained}
@@ -145,14 +145,19 @@ def test_cached_response_is_never_requested_again(serve, tmp_path, task):
     assert len(s.requests) == 1 and first == second
 
 
-def test_invalid_json_becomes_rejected_candidates(serve, tmp_path, task):
+def test_invalid_json_becomes_rejected_candidates_and_is_not_cached(serve, tmp_path, task):
     s = serve((200, completion("Sure! Here are some variants: paraphrase 1 ..."), 0))
     g, _ = gen(s, tmp_path)
     tv = V.build_task(task, 1, g.propose(task, F.task_frames(task)), None, generator="llm")
     para = [v for v in tv.variants if v.condition == "paraphrase"]
     assert len(para) == 1 and not para[0].retained and "not valid JSON" in para[0].reasons[0]
     assert len(tv.unavailable) == 5 and all("not valid JSON" in u["reasons"][0] for u in tv.unavailable)
-    assert not [v for v in tv.variants if v.retained and v.condition != "original"]
+    # nothing of the LLM's is kept; seed 004's faces (swap, nonsense) come from the frames, whatever the generator
+    assert not [v for v in tv.variants if v.retained and v.condition not in ("original", "swap", "nonsense")]
+    # an unusable answer is not cached: the next build asks again
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+    g.propose(task, F.task_frames(task))
+    assert len(s.requests) == 2
 
 
 def test_schema_break_becomes_rejected_candidates(serve, tmp_path, task):
@@ -226,3 +231,97 @@ def test_yaml_config_and_cli_build_against_the_fake_server(serve, tmp_path, caps
     doc = V.read_variants(out)
     assert doc["generator"]["temperature"] == 0.2 and s.requests[0][1]["temperature"] == 0.2
     assert [v["text"] for v in doc["tasks"][0]["variants"] if v["condition"] == "paraphrase"] == GOOD["paraphrases"]
+
+
+def test_html_page_stops_the_build_and_nothing_is_cached(serve, tmp_path, task, capsys):
+    """A wrong base URL answering HTTP 200 with a web page: the build stops at the first task with an error naming
+    the endpoint (not 0 paraphrases and exit 0), and the junk is not cached."""
+    from clbench_jax.cli import main
+
+    html = b"<!doctype html><html><body>Welcome to nginx!</body></html>"
+    s = serve((200, html, 0))
+    g, _ = gen(s, tmp_path)
+    with pytest.raises(LLMEndpointError, match="not a Chat Completion") as e:
+        V.build_suite("libero_goal", g, check_reset=False, progress=False, tasks=[1, 7, 8])
+    assert s.url in str(e.value) and len(s.requests) == 1  # stopped at the first task
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+    out = tmp_path / "v.json"
+    assert main(["variants", "build", "--suite", "libero_goal", "--generator", "llm", "--base-url", s.url,
+                 "--cache-dir", str(tmp_path / "cache"), "--tasks", "1", "--no-reset-check", "--out", str(out)]) == 2
+    assert "not a Chat Completion" in capsys.readouterr().err and not out.exists()
+
+
+def test_cache_key_includes_the_endpoint(serve, tmp_path, task):
+    """The same request sent to another server is another answer: never served from the first server's cache."""
+    a = serve((200, completion(json.dumps(GOOD)), 0))
+    b = serve((200, completion(json.dumps(dict(GOOD, paraphrases=["set the bowl on the stove"]))), 0))
+    ga, _ = gen(a, tmp_path)
+    gb, _ = gen(b, tmp_path)  # same cache folder
+    pa, pb = (g.propose(task, F.task_frames(task)) for g in (ga, gb))
+    assert len(a.requests) == 1 and len(b.requests) == 1
+    assert [c.text for c in pa if c.condition == "paraphrase"] == GOOD["paraphrases"]
+    assert [c.text for c in pb if c.condition == "paraphrase"] == ["set the bowl on the stove"]
+    assert len(list((tmp_path / "cache").iterdir())) == 2
+    assert request_key({"x": 1}, a.url) != request_key({"x": 1}, b.url)
+
+
+def test_connection_refused_fails_fast_for_the_whole_build(tmp_path, task, monkeypatch):
+    """Nothing listens on the port: one attempt, no back-off, and the build stops (not retries x tasks)."""
+    import socket
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    sleeps = []
+    g = LLMGenerator(LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", cache_dir=str(tmp_path / "c")),
+                     sleep=sleeps.append)
+    t0 = time.monotonic()
+    with pytest.raises(LLMEndpointError, match="connection refused") as e:
+        V.build_suite("libero_goal", g, check_reset=False, progress=False, tasks=[1, 7, 8])
+    assert sleeps == [] and time.monotonic() - t0 < 30 and f"127.0.0.1:{port}" in str(e.value)
+
+
+def test_auth_error_echoing_the_key_is_redacted_everywhere(serve, tmp_path, task, monkeypatch, capsys):
+    """A 401 whose body echoes the API key: one try, the build stops, and the key appears in no message, stderr or
+    file written; credentials in the base URL are redacted from the variant file's generator record."""
+    from clbench_jax.cli import main
+
+    key = "sk-test-SECRET-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    body = json.dumps({"error": {"message": f"Incorrect API key provided: {key}", "code": "invalid_api_key"}})
+    s = serve((401, body.encode(), 0))
+    g, sleeps = gen(s, tmp_path)
+    with pytest.raises(LLMEndpointError, match="HTTP 401") as e:
+        V.build_suite("libero_goal", g, check_reset=False, progress=False, tasks=[1, 7])
+    assert key not in str(e.value) and "***" in str(e.value) and len(s.requests) == 1 and sleeps == []
+    out = tmp_path / "v.json"
+    assert main(["variants", "build", "--suite", "libero_goal", "--generator", "llm", "--base-url", s.url,
+                 "--cache-dir", str(tmp_path / "c2"), "--tasks", "1", "--no-reset-check", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "HTTP 401" in err and key not in err
+    # credentials in a URL: a working server reached through user:password@ and ?api_key=
+    ok = serve((200, completion(json.dumps(GOOD)), 0))
+    url = ok.url.replace("http://", "http://user:hunter22@")
+    assert redact(url) == ok.url.replace("http://", "http://***@")
+    assert redact("https://h/v1?api_key=abc123&x=1", [key]) == "https://h/v1?api_key=***&x=1"
+    gen_ok = LLMGenerator(LLMConfig(base_url=url, cache_dir=str(tmp_path / "c3")))
+    doc = V.build_suite("libero_goal", gen_ok, check_reset=False, progress=False, tasks=[1])
+    V.write_variants(out, doc)
+    written = out.read_text() + "".join(p.read_text() for p in (tmp_path / "c3").iterdir())
+    assert "hunter22" not in written and key not in written and "***@" in written
+
+
+def test_failure_budget_bounds_the_total_time(serve, tmp_path, task):
+    """Every attempt times out: back-off and failed attempts share budget_s across the build's tasks, so a dead
+    server costs minutes, not retries x tasks x timeout."""
+    clock = [0.0]
+    s = serve((503, b'{"error": {"message": "down"}}', 0))
+    g = LLMGenerator(LLMConfig(base_url=s.url, cache_dir=str(tmp_path / "c"), retries=3, backoff_s=10.0,
+                               budget_s=45.0),
+                     sleep=lambda t: clock.__setitem__(0, clock[0] + t), clock=lambda: clock[0])
+    with pytest.raises(LLMEndpointError, match="budget_s") as e:
+        V.build_suite("libero_goal", g, check_reset=False, progress=False, tasks=[1, 7, 8, 9])
+    # task 1: 4 attempts, sleeps 10 + 20 (+ 40 would pass 45: cut to what is left), failing at the budget
+    assert clock[0] == pytest.approx(45.0) and len(s.requests) == 3 and "budget_s (45 s" in str(e.value)

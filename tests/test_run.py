@@ -11,7 +11,8 @@ import yaml
 from clbench_jax.errors import ClbenchError
 from clbench_jax.eval import episodes
 from clbench_jax.eval.report import finalize
-from clbench_jax.eval.run import load_run_config
+from clbench_jax.eval.grid import CONDITIONS
+from clbench_jax.eval.run import load_run_config, train_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,9 +54,11 @@ def test_report_from_files(tmp_path):
                                                     "curve_epochs": [[0, 5, 10], [0, 5]]}))
     doc = finalize(tmp_path)
     o = doc["metrics"]["seqft"]["original"]
-    assert o["fwt"]["mean"] == pytest.approx((1 / 3 + 1) / 2)
+    # paraphrases have no learning curves: one FWT definition for every condition, S[j, j]
+    assert doc["fwt_definition"] == "S[j, j]"
+    assert o["fwt"]["mean"] == pytest.approx((0.5 + 1) / 2)
     assert o["nbt"]["mean"] == pytest.approx(0.5)  # S[0,0] - S[1,0]
-    assert o["auc"]["mean"] == pytest.approx(((1 / 3 + 0) / 2 + 1) / 2)
+    assert o["auc"]["mean"] == pytest.approx(((0.5 + 0) / 2 + 1) / 2)
     assert o["final"]["mean"] == pytest.approx(0.5) and o["final"]["std"] == 0.0
     p = doc["metrics"]["seqft"]["paraphrase"]
     assert doc["success"]["seqft"]["mean"][1][0][1] is None  # the failed cell is missing, not 0
@@ -71,12 +74,32 @@ def test_report_from_files(tmp_path):
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved["metrics"] == json.loads(json.dumps(doc["metrics"]))
     md = (tmp_path / "report.md").read_text()
-    assert "| seqft | 1 | 66.7 ± 0.0 | 50.0 ± 0.0 | 58.3 ± 0.0 | 50.0 ± 0.0 |" in md
+    assert "| seqft | 1 | 75.0 ± 0.0 | 50.0 ± 0.0 | 62.5 ± 0.0 | 50.0 ± 0.0 |" in md
+    assert "FWT definition for every condition of this report: S[j, j]" in md
     assert "| 1: task_b | 100.0 ± 0.0 |" in md
-    assert "| seqft | 100.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 |" in md
+    # target SR, GSA, its no-switch baseline (task 1's original rollouts never reach the contrast goal), persistence,
+    # OGP, CGAR, AIR
+    assert "| seqft | 100.0 ± 0.0 | 50.0 ± 0.0 | 0.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 | 50.0 ± 0.0 |" in md
     assert "non-finite values in parameter x" in md
     for png in ("success_seqft.png", "curves_seqft_s0.png"):
         assert (tmp_path / png).stat().st_size > 1000
+
+
+def test_fwt_from_learning_curves_when_they_serve_every_condition(tmp_path):
+    """Original instructions only, curves for every run: LIBERO's curve-based FWT (and AUC)."""
+    cols = _episode_table()
+    keep = cols["condition"] == "original"
+    episodes.write_columns(tmp_path / "grid" / "episodes.h5", {k: v[keep] for k, v in cols.items()},
+                           {"tasks": ["task_a", "task_b"]})
+    train = tmp_path / "train" / "seqft_s0"
+    train.mkdir(parents=True)
+    (train / "metrics.json").write_text(json.dumps({"config": {"algo": "seqft", "seed": 0},
+                                                    "curves": [[0.0, 0.5, 0.25], [1.0, 0.5]]}))
+    doc = finalize(tmp_path, log=lambda m: None)
+    o = doc["metrics"]["seqft"]["original"]
+    assert doc["fwt_definition"] == "learning curves (LIBERO)"
+    assert o["fwt"]["mean"] == pytest.approx((1 / 3 + 1) / 2)  # curves held at their peak: [0, .5, .5], [1, 1]
+    assert o["auc"]["mean"] == pytest.approx(((1 / 3 + 0) / 2 + 1) / 2)
 
 
 def test_report_needs_the_episode_file(tmp_path):
@@ -89,13 +112,17 @@ def test_run_config_errors(tmp_path):
     assert cfg.methods == ("seqft", "er") and cfg.n_tasks == 2
     for name in ("full_libero_goal", "full_libero_spatial", "full_libero_object", "full_libero_10"):
         full = load_run_config(REPO / "configs" / f"{name}.yaml")
-        assert full.seeds == (0, 1, 2) and full.grid["n_rollouts"] == 20 and full.grid["horizon"] == 600
+        assert full.seeds == (100, 200, 300) and full.grid["n_rollouts"] == 20 and full.grid["horizon"] == 600
+        # LIBERO's settings where the config claims LIBERO's protocol: sampled actions, padding kept, std floor 1e-4
+        t = train_config(full, full.methods[0], full.seeds[0])
+        assert (t.deterministic_eval, t.mask_padding, t.gmm_min_std, t.lr) == (False, False, 1e-4, 1e-4)
+        assert set(full.grid["conditions"]) == set(CONDITIONS) and full.grid["max_per_condition"] is None
     bad = {"suite": "libero_goal", "methods": ["seqft"], "grid": {"rollouts": 3}}
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(ClbenchError, match="grid.rollouts"):
         load_run_config(tmp_path / "a.yaml")
     (tmp_path / "b.yaml").write_text(yaml.safe_dump({"methods": ["sgd"]}))
-    with pytest.raises(ClbenchError, match="unknown method"):
+    with pytest.raises(ClbenchError, match="field methods"):
         load_run_config(tmp_path / "b.yaml")
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"train": {"suite": "libero_10"}}))
     with pytest.raises(ClbenchError, match="train.suite"):
@@ -103,6 +130,15 @@ def test_run_config_errors(tmp_path):
     (tmp_path / "d.yaml").write_text(yaml.safe_dump({"train": {"epochs": -1}}))
     with pytest.raises(ClbenchError, match="epochs"):
         load_run_config(tmp_path / "d.yaml")
+    # condition, face and floor names the grid does not know: the error lists the known ones
+    for i, (grid, field, listed) in enumerate((({"conditions": ["original", "swapp"]}, "grid.conditions", "nonsense"),
+                                               ({"final_only": ["occ", "xx"]}, "grid.final_only", "probe"),
+                                               ({"floors": ["zero"]}, "grid.floors", "random-motion"),
+                                               ({"conditions": ["paraphrase"]}, "grid.conditions", "original"))):
+        (tmp_path / f"g{i}.yaml").write_text(yaml.safe_dump({"grid": grid}))
+        with pytest.raises(ClbenchError, match=listed) as e:
+            load_run_config(tmp_path / f"g{i}.yaml")
+        assert e.value.field == field and f"g{i}.yaml" in str(e.value)
 
 
 TOY = """
@@ -147,9 +183,25 @@ def test_run_end_to_end(tmp_path):
     cols, meta = episodes.read_columns(out / "grid" / "episodes.h5")
     assert set(cols["method"]) == {"seqft", "packnet"} and (cols["status"] == "ok").all()
     assert meta["checkpoints"] == [["seqft", 0, 0], ["seqft", 0, 1], ["packnet", 0, 0], ["packnet", 0, 1]]
-    # variants: original + at most one of each other condition per task, 2 rollouts, cells j <= t
-    per_task = [len({v for v, t in zip(cols["variant"], cols["task"]) if t == j}) for j in (0, 1)]
-    assert len(cols["method"]) == 2 * 2 * (2 * per_task[0] + per_task[1])
+    # variants: original + at most one of each other condition per task, 2 rollouts, cells j <= t; probes and the
+    # seed-004 faces only at the last stage
+    cells = {}
+    for m, st, j, v, c in zip(cols["method"], cols["stage"], cols["task"], cols["variant"], cols["condition"]):
+        cells.setdefault((m, st, j), {}).setdefault(v, []).append(c)
+    assert all(len(cs) == 2 for vs in cells.values() for cs in vs.values())
+    faces = {"probe", "swap", "occ", "nonsense"}
+    for m in ("seqft", "packnet"):
+        early, late = cells[(m, 0, 0)], cells[(m, 1, 0)]
+        assert not faces & {c[0] for c in early.values()} and set(early) < set(late)
+        both = [c[0] for j in (0, 1) for c in cells[(m, 1, j)].values()]  # the stove task has no swap
+        assert {"swap", "occ", "nonsense"} <= set(both)
+        assert all(sum(c[0] == k for c in late.values()) <= 1 for k in faces)  # max_per_condition: 1
+    assert len(cols["method"]) == 2 * sum(len(vs) for vs in cells.values())
+    # the floors ran the final-stage battery; the report reads them beside the methods
+    for floor in ("do-nothing", "random-motion"):
+        fc, _ = episodes.read_columns(out / "floors" / floor / "episodes.h5")
+        assert set(fc["method"]) == {floor} and len(fc["method"]) == 2 * (len(cells[("seqft", 1, 0)]) +
+                                                                        len(cells[("seqft", 1, 1)]))
     doc = json.loads((out / "metrics.json").read_text())
     assert set(doc["metrics"]) == {"seqft", "packnet"}
     assert doc["success"]["seqft"]["mean"][0][1][0] is None and doc["success"]["seqft"]["mean"][1][1][0] is not None
@@ -160,6 +212,8 @@ def test_run_end_to_end(tmp_path):
     assert main(["report", str(out)]) == 0
     assert json.loads((out / "metrics.json").read_text())["metrics"] == doc["metrics"]
     assert (out / "report.md").exists() and (out / "success_packnet.png").exists()
+    md = (out / "report.md").read_text()
+    assert "| floor: random-motion |" in md and "Counterfactual battery (seed 004)" in md
 
 
 def _merge_source(folder: Path, seed: int, spec: dict, cfg: dict) -> None:
@@ -187,7 +241,7 @@ def test_report_merges_seed_folders(tmp_path):
     with pytest.raises(ClbenchError, match="has not finished"):
         merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
     (tmp_path / "b" / "grid" / "hold.h5").rename(tmp_path / "b" / "grid" / "episodes.h5")
-    doc = merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"], log=lambda m: None)
+    doc = finalize(merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"]), log=lambda m: None)
     assert doc["episodes"] == 2 * len(_episode_table()["seed"])
     o = doc["metrics"]["seqft"]["original"]
     assert o["nbt"]["per_seed"] == pytest.approx([0.5, 0.5]) and o["final"]["std"] == 0.0
@@ -205,3 +259,29 @@ def test_report_merges_seed_folders(tmp_path):
     with pytest.raises(ClbenchError, match="run config differs") as e:
         merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "d"])
     assert "d/config.yaml" in str(e.value)
+
+
+def test_eval_modules_import_one_way():
+    """No import cycle among clbench_jax/eval's modules (module- or function-level imports): the report reads run
+    folders and never calls back into the run (DESIGN: run -> report -> battery -> run was a knot)."""
+    import ast
+
+    folder = REPO / "clbench_jax" / "eval"
+    deps = {}
+    for f in folder.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("clbench_jax.eval"):
+                names |= ({a.name for a in node.names} if node.module == "clbench_jax.eval"
+                          else {node.module.split(".")[-1]})
+        deps[f.stem] = names & {p.stem for p in folder.glob("*.py")}
+    assert "run" not in deps["report"] and "run" not in deps["battery"] and "report" in deps["run"]
+
+    def reach(start, seen):
+        for d in deps[start]:
+            if d not in seen:
+                seen.add(d)
+                reach(d, seen)
+        return seen
+
+    assert [m for m in deps if m in reach(m, set())] == []

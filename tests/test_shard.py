@@ -27,7 +27,8 @@ SCRIPT = textwrap.dedent("""
           "lang": np.zeros((1, 384), np.float32)}
     ps = [policy.init(jax.random.PRNGKey(i), ex) for i in range(4)]
     held = (("on", "akita_black_bowl_1", "main_table_akita_black_bowl_region"),)
-    variants = ((G.original_variant(tasks[0]), G.Variant("c", "contrast", "leave it", held)),
+    # a goal that holds at reset under a stop-at-goal condition: those episodes stop at once
+    variants = ((G.original_variant(tasks[0]), G.Variant("c", "paraphrase", "leave it", held)),
                 (G.original_variant(tasks[1]),))
     cks = [G.Checkpoint("m", s % 2, 1, lambda j, s=s: ps[s]) for s in range(4)]
     cks.append(G.Checkpoint("m", 0, 0, lambda j: ps[0]))
@@ -51,4 +52,4 @@ def test_four_devices_match_one(tmp_path):
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["rows"] == 14 * 2 and out["ok"] == 14 * 2  # 4 x (2 + 1) + 2 groups of 2 rollouts
     assert out["diff"] == []
-    assert 1 in out["lengths"] and 10 in out["lengths"]  # contrast episodes stop at once, the others run on
+    assert 1 in out["lengths"] and 10 in out["lengths"]  # the held-goal episodes stop at once, the others run on

@@ -10,8 +10,12 @@ starts the next one at once) until the first `n` attempts in start order have su
 3. each successful attempt becomes a demo: the sensor readings (what the oracle saw) give LIBERO's proprio keys, the
    EE pose (axis-angle, as LIBERO) and object tokens; images are rendered from the recorded states, for successes
    only (exactly what `rollout(obs_mode="rgb")` would have shown).
-Failures are counted, never kept. A file is written atomically when its task is done, so an interrupted collection
-resumes by skipping tasks whose file is complete (`is_finished`).
+Failures are counted, never kept. Nothing is lost when a collection is interrupted: as soon as every attempt that
+started before a success has ended (so whether it is among the first n is known), the success is written as its own
+file, and the outcomes of all such settled attempts are recorded, atomically, in `<task>_demo.partial/` beside the
+task's file. A rerun resumes from the first unsettled attempt (attempts depend only on their number, so the result
+is the uninterrupted one); when the task is done its file is written atomically and the partial folder removed.
+Finished task files are skipped (`is_finished`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import numpy as np
 
 from clbench_jax.data import hdf5
 from clbench_jax.data.generators import GeneratorError, check_generator, init_bank, target_object
-from clbench_jax.errors import ClbenchError, DataFileError
+from clbench_jax.errors import DataFileError
 from clbench_jax.sim import control, env, rollout
 from clbench_jax.sim.scene import Scene, export_xml
 from clbench_jax.tasks.spec import TaskSpec
@@ -56,11 +60,11 @@ class CollectConfig:
     noise: bool = True  # oracle waypoint / speed noise (demos differ)
 
     def __post_init__(self):
-        for name in ("n", "horizon", "batch", "image_size"):
-            if getattr(self, name) < 1:
-                raise ClbenchError(f"must be >= 1, got {getattr(self, name)}", field=name)
-        if self.attempt_cap < 1:
-            raise ClbenchError(f"must be >= 1, got {self.attempt_cap}", field="max_attempts")
+        from clbench_jax.configs import at_least, check_ranges
+
+        check_ranges(self, [at_least("n", 1), at_least("horizon", 1), at_least("batch", 1), at_least("image_size", 8),
+                            at_least("max_attempts", 1, optional=True), at_least("give_up_after", 0),
+                            at_least("seed", 0)])
         check_generator(self.generator)
 
     @property
@@ -158,17 +162,96 @@ class Episode:
     actions: list = field(default_factory=list)
 
 
-def episode_source(scene: Scene, task: TaskSpec, cfg: CollectConfig) -> Iterator[Episode]:
-    """The task's attempts in a fixed order: the generator's initial states in order, drawn in banks of BANK_SIZE
-    (LIBERO's 50 official states first under `confounded`), and one policy key each; the same for any batch."""
+def episode_source(scene: Scene, task: TaskSpec, cfg: CollectConfig, start: int = 0) -> Iterator[Episode]:
+    """The task's attempts in a fixed order, from attempt number `start`: the generator's initial states in order
+    (LIBERO's 50 official states first under `confounded`), drawn in banks of BANK_SIZE, and one policy key each;
+    the same for any batch and any resume point."""
     root = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), zlib.crc32(task.name.encode()) & 0x7FFFFFFF)
-    for chunk in itertools.count():
+    for chunk in itertools.count(start // BANK_SIZE):
         bank = init_bank(scene, task, BANK_SIZE, cfg.seed, cfg.generator, start=chunk * BANK_SIZE)
         keys = np.asarray(jax.random.split(jax.random.fold_in(root, chunk), BANK_SIZE))
-        for j in range(BANK_SIZE):
+        for j in range(start % BANK_SIZE if chunk == start // BANK_SIZE else 0, BANK_SIZE):
             yield Episode(state=bank.state[j], mocap=bank.mocap[j], q0=bank.q0[j], key=keys[j],
                           init_ok=bool(bank.init_ok[j]), init_atoms=bank.inits[j] if bank.inits else task.init,
                           chunk=chunk, index=j, number=chunk * BANK_SIZE + j)
+
+
+# Settings a partial collection must share with the one resuming it (the others change speed or stopping only).
+PARTIAL_KEYS = ("n", "generator", "seed", "horizon", "images", "image_size", "noise")
+
+
+class PartialCollection:
+    """A task's collection in progress, beside its file: `<task>_demo.partial/` holds progress.json (the settings
+    and the outcome of every settled attempt, attempts 0..settled-1) and one `demo_<attempt>.hdf5` per kept success.
+    Every write is atomic (temporary file, then rename)."""
+
+    def __init__(self, path: str | os.PathLike, task: TaskSpec, cfg: CollectConfig):
+        self.task, self.cfg = task, cfg
+        self.folder = Path(path).with_suffix(".partial")
+        self.outcomes: list[list[bool]] = []  # per settled attempt: [success, physics failure, invalid init]
+        self.kept: list[int] = []  # attempt numbers of the demos written so far
+        doc = self._read()
+        if doc is not None:
+            self._resume(doc)
+
+    @property
+    def settled(self) -> int:
+        return len(self.outcomes)
+
+    def _read(self) -> dict | None:
+        prog = self.folder / "progress.json"
+        if not prog.exists():
+            return None
+        try:
+            doc = json.loads(prog.read_text())
+            mine = {k: asdict(self.cfg)[k] for k in PARTIAL_KEYS}
+        except (OSError, ValueError):
+            return None  # unreadable progress (cannot happen with atomic writes): start over
+        if doc.get("settings") != mine:
+            diff = {k: (doc.get("settings", {}).get(k), v) for k, v in mine.items()
+                    if doc.get("settings", {}).get(k) != v}
+            raise DataFileError(f"a partial collection with other settings {diff} (partial, wanted) is in the way; "
+                                "use another --out or delete it", file=str(prog), task=self.task.name,
+                                field="settings")
+        return doc
+
+    def _resume(self, doc: dict) -> None:
+        """Take the recorded outcomes up to the first kept success whose demo file is missing or unreadable (that
+        attempt and later ones run again)."""
+        for number, o in enumerate(doc.get("outcomes", [])):
+            if o[0] and len(self.kept) < self.cfg.n:
+                try:
+                    hdf5.read_meta(self.demo_path(number))
+                except DataFileError:
+                    break
+                self.kept.append(number)
+            self.outcomes.append([bool(x) for x in o])
+
+    def demo_path(self, number: int) -> Path:
+        return self.folder / f"demo_{number:06d}.hdf5"
+
+    def settle(self, outcome: tuple[bool, bool, bool], demo: dict | None) -> None:
+        """Record the next attempt's outcome (and write its demo first, if it is kept)."""
+        number = self.settled
+        if demo is not None:
+            hdf5.write_demos(self.demo_path(number), [demo], env_name=self.task.problem, problem_info={},
+                             bddl_file_name=self.task.file, bddl_file_content="", env_args={})
+            self.kept.append(number)
+        self.outcomes.append([bool(x) for x in outcome])
+
+    def save(self) -> None:
+        from clbench_jax.jsonio import write_json
+
+        write_json(self.folder / "progress.json", {"task": self.task.name, "settings": {
+            k: asdict(self.cfg)[k] for k in PARTIAL_KEYS}, "outcomes": self.outcomes})
+
+    def demos(self) -> list[dict]:
+        return [hdf5.read_demos(self.demo_path(k))[0] for k in self.kept]
+
+    def remove(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _STREAM_FNS: dict = {}
@@ -214,15 +297,17 @@ def _stream_fns(scene: Scene, noise: bool):
 
 def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | os.PathLike | None = None,
                  progress: bool = True) -> tuple[list[dict], dict]:
-    """Collect up to `cfg.n` successful demos of `task` -> (demos, stats); with `path`, also write the file.
+    """Collect up to `cfg.n` successful demos of `task` -> (demos, stats); with `path`, also write the file, and
+    keep (then resume from) the partial collection beside it (`PartialCollection`).
 
     `cfg.batch` worlds step together on the native backend, and each runs its own stream of attempts: when an
     attempt ends (success, failure, horizon), its world starts the next attempt at once, so no world idles while
     the slowest episode of a batch finishes. Each world records the full state and the sensor readings before every
     action, and the action. The demos are the first n successes *in start order* (attempts that started earlier
     are waited for), so the result -- and the attempt and failure counts -- are those of running the attempts one
-    after another until n succeed: the batch size changes the speed, not which attempts run or are kept (XLA may
-    round the vmapped oracle differently per batch size, ~1e-7 in the actions)."""
+    after another until n succeed: the batch size changes the speed, not which attempts run. (XLA rounds the
+    vmapped oracle differently per batch size, ~1e-7 in an action; contact can grow that along an episode, so across
+    batch sizes the demos agree to rounding at first, and their outcomes as statistics, not bit for bit.)"""
     from tqdm.auto import tqdm
 
     from clbench_jax.sim import robot
@@ -233,20 +318,32 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
     rq = np.concatenate([rm.arm_qpos, rm.finger_qpos])
     N = cfg.batch
     advance, refill, pstate0 = _stream_fns(scene, cfg.noise)
-    c = rollout._consts(scene)
     stack = rollout.task_stack(scene)
     ids = np.full(N, scene.task_index(task.name))
     tasks = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[ids]), stack)
     goals = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[ids][:, None]), stack.goal)
     pf = scene.sensors.pair_found
-    source = episode_source(scene, task, cfg)
-    outcome: dict[int, tuple[bool, bool, bool]] = {}  # attempt number -> (success, physics failure, invalid init)
-    wins_so_far: dict[int, Episode] = {}
-    started, gave_up = 0, False
+    partial = PartialCollection(path, task, cfg) if path is not None else None
+    done_before: list[list[bool]] = partial.outcomes if partial is not None else []
+    kept: list[dict] = []  # demos of settled kept successes (without `path`; with it they are on disk)
+    source = episode_source(scene, task, cfg, start=len(done_before))
+    # attempt number -> (success, physics failure, invalid init); settled ones first
+    outcome: dict[int, tuple[bool, bool, bool]] = {k: tuple(o) for k, o in enumerate(done_before)}
+    running_wins: dict[int, Episode] = {}  # ended successes not yet settled
+    settled = len(done_before)
+    n_kept = len(partial.kept) if partial is not None else 0
+    started, gave_up = settled, False
+    renderer = None
+    if cfg.images:
+        from clbench_jax.sim.render import BatchRenderer
+        renderer = BatchRenderer(scene.model, cfg.image_size)
+
+    def wins() -> int:
+        return sum(o[0] for o in outcome.values())
 
     def cutoff() -> int | None:  # number of the n-th success in start order, once there are n
-        wins = sorted(k for k, o in outcome.items() if o[0])
-        return wins[cfg.n - 1] if len(wins) >= cfg.n else None
+        w = sorted(k for k, o in outcome.items() if o[0])
+        return w[cfg.n - 1] if len(w) >= cfg.n else None
 
     def next_episode():
         nonlocal started
@@ -255,23 +352,46 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
         started += 1
         return next(source)
 
-    eps = [next_episode() for _ in range(N)]  # first: a generator that refuses the task raises here
-    nsub = robot.substeps(scene.model)
-    worlds = NativeWorlds(scene.model, N, nsub)
-    ctrl = np.zeros((N, nsub, scene.model.nu))
-    scratch = mujoco.MjData(scene.model)
+    def settle_ended():
+        """Settle attempts in start order while each has ended: a success among the first n becomes a demo."""
+        nonlocal settled, n_kept
+        changed = False
+        while settled in outcome:
+            e = running_wins.pop(settled, None)
+            demo = None
+            if e is not None and n_kept < cfg.n:
+                demo = _assemble(scene, task, e, cfg, renderer)
+                n_kept += 1
+            if partial is not None:
+                partial.settle(outcome[settled], demo)
+            elif demo is not None:
+                kept.append(demo)
+            settled += 1
+            changed = True
+        if changed and partial is not None:
+            partial.save()
+
+    gave_up = 0 < cfg.give_up_after <= len(outcome) and wins() == 0
     t0 = time.perf_counter()
-    bar = tqdm(total=cfg.n, desc=task.name[:48], unit="demo", disable=not progress)
+    bar = tqdm(total=cfg.n, initial=min(wins(), cfg.n), desc=task.name[:48], unit="demo", disable=not progress)
+    worlds = None
     try:
+        eps = [next_episode() for _ in range(N)]  # first: a generator that refuses the task raises here
         live = np.array([e is not None for e in eps])
-        first = next(e for e in eps if e is not None)
-        sens = worlds.set_state(np.stack([(e or first).state for e in eps]), np.stack([(e or first).mocap for e in eps]))
-        carry = rollout.Carry(rec=rollout._init_records(N, 1), pstate=pstate0(N),
-                              key=jnp.asarray(np.stack([(e or first).key for e in eps])), ee0=jnp.zeros((N, 3)),
-                              finger0=jnp.zeros((N, 2)), near0=jnp.zeros((N, len(scene.entities)), bool),
-                              osc=rollout.initial_osc(scene, np.stack([(e or first).q0 for e in eps]), N),
-                              trace=None, t=jnp.asarray(0, jnp.int32))
-        carry = carry.replace(rec=carry.rec.replace(done=jnp.asarray(~live)))
+        if live.any():
+            nsub = robot.substeps(scene.model)
+            worlds = NativeWorlds(scene.model, N, nsub)
+            ctrl = np.zeros((N, nsub, scene.model.nu))
+            scratch = mujoco.MjData(scene.model)
+            first = next(e for e in eps if e is not None)
+            sens = worlds.set_state(np.stack([(e or first).state for e in eps]),
+                                    np.stack([(e or first).mocap for e in eps]))
+            carry = rollout.Carry(rec=rollout._init_records(N, 1), pstate=pstate0(N),
+                                  key=jnp.asarray(np.stack([(e or first).key for e in eps])), ee0=jnp.zeros((N, 3)),
+                                  finger0=jnp.zeros((N, 2)), near0=jnp.zeros((N, len(scene.entities)), bool),
+                                  osc=rollout.initial_osc(scene, np.stack([(e or first).q0 for e in eps]), N),
+                                  trace=None, t=jnp.asarray(0, jnp.int32))
+            carry = carry.replace(rec=carry.rec.replace(done=jnp.asarray(~live)))
         while live.any() and not gave_up:
             cut = cutoff()
             if cut is not None and all(eps[i].number > cut for i in np.flatnonzero(live)):
@@ -293,15 +413,15 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
                 ok = bool(done[i] and succ[i] and fail[i] == 0 and e.actions)
                 outcome[e.number] = (ok, bool(fail[i] != 0), not e.init_ok)
                 if ok:
-                    wins_so_far[e.number] = e  # assembled (and rendered) at the end, only if kept
-                wins = sum(o[0] for o in outcome.values())
-                bar.update(min(wins, cfg.n) - bar.n)
-                bar.set_postfix(finished=len(outcome), success=f"{wins / len(outcome):.0%}")
-                gave_up = 0 < cfg.give_up_after <= len(outcome) and wins == 0
+                    running_wins[e.number] = e
+                bar.update(min(wins(), cfg.n) - bar.n)
+                bar.set_postfix(finished=len(outcome), success=f"{wins() / len(outcome):.0%}")
+                gave_up = 0 < cfg.give_up_after <= len(outcome) and wins() == 0
             ctrl[:, :, rm.gripper_act] = np.asarray(g_ctrl)
             sens = worlds.step(ctrl, np.asarray(udata, np.float64), live).copy()
             if not ended:
                 continue
+            settle_ended()
             # Start the next attempt in every world whose attempt ended (its first reading as `set_state` gives it).
             mask, keys, q0 = np.zeros(N, bool), np.asarray(carry.key).copy(), np.zeros((N, 7))
             for i in ended:
@@ -319,9 +439,13 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
             if mask.any():
                 carry = refill(carry, jnp.asarray(mask), jnp.asarray(keys), jnp.asarray(q0, jnp.float32))
             carry = carry.replace(rec=carry.rec.replace(done=carry.rec.done | jnp.asarray(~live)))
+        settle_ended()
     finally:
         bar.close()
-        worlds.close()
+        if worlds is not None:
+            worlds.close()
+        if renderer is not None:
+            renderer.close()
     # Count as if run one after another: every attempt up to the n-th success (all of them have ended), or every
     # attempt that ended when the cap was reached or the task abandoned. Later ones are `surplus`.
     cut = cutoff()
@@ -329,38 +453,24 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
     stats = {"attempts": len(counted), "successes": sum(o[0] for o in counted),
              "failures": sum(not o[0] for o in counted), "physics_failures": sum(o[1] for o in counted),
              "invalid_init": sum(o[2] for o in counted), "gave_up": gave_up, "surplus": started - len(counted)}
-    chosen = [wins_so_far[k] for k in sorted(wins_so_far) if cut is None or k <= cut][:cfg.n]
-    kept = assemble_demos(scene, task, chosen, cfg, progress)
+    if partial is not None:
+        kept = partial.demos()
     stats["kept"] = len(kept)
     stats["seconds"] = round(time.perf_counter() - t0, 2)
     if path is not None:
         write_task_file(path, scene, task, kept, cfg, stats)
+        partial.remove()
     return kept, stats
 
 
-def assemble_demos(scene: Scene, task: TaskSpec, episodes: list[Episode], cfg: CollectConfig,
-                   progress: bool = True) -> list[dict]:
-    """Recorded successful attempts -> demo dicts (rendering their images if `cfg.images`)."""
-    from tqdm.auto import tqdm
-
-    renderer = None
-    if cfg.images:
-        from clbench_jax.sim.render import BatchRenderer
-        renderer = BatchRenderer(scene.model, cfg.image_size)
-    demos = []
-    try:
-        for e in tqdm(episodes, desc=f"{task.name[:40]}: images", unit="demo",
-                      disable=not (progress and cfg.images)):
-            demo = make_demo(scene, task, np.stack(e.states), np.stack(e.sens), np.stack(e.actions), e.mocap, e.key,
-                             renderer, pad_to=cfg.horizon + 1)
-            demo["attrs"].update(attempt=e.number, init_index=e.number, init_seed=cfg.seed,
-                                 controller_q0=np.asarray(e.q0, np.float64), policy_key=np.asarray(e.key),
-                                 init_atoms=[str(a) for a in e.init_atoms])
-            demos.append(demo)
-    finally:
-        if renderer is not None:
-            renderer.close()
-    return demos
+def _assemble(scene: Scene, task: TaskSpec, e: Episode, cfg: CollectConfig, renderer) -> dict:
+    """A recorded successful attempt -> its demo dict (images rendered if `renderer`)."""
+    demo = make_demo(scene, task, np.stack(e.states), np.stack(e.sens), np.stack(e.actions), e.mocap, e.key,
+                     renderer, pad_to=cfg.horizon + 1)
+    demo["attrs"].update(attempt=e.number, init_index=e.number, init_seed=cfg.seed,
+                         controller_q0=np.asarray(e.q0, np.float64), policy_key=np.asarray(e.key),
+                         init_atoms=[str(a) for a in e.init_atoms])
+    return demo
 
 
 def write_task_file(path, scene: Scene, task: TaskSpec, demos: list[dict], cfg: CollectConfig,

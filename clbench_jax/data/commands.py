@@ -8,7 +8,12 @@ def cmd_collect(a):
     from clbench_jax.data.generators import check_generator
     from clbench_jax.tasks.suites import get_task, suite_tasks
 
+    from clbench_jax.cli import check_args
+    from clbench_jax.jsonio import check_writable
+
+    check_args(a, n=1, horizon=1, batch=1, image_size=8, max_attempts=1, give_up_after=0, seed=0)
     check_generator(a.generator)
+    check_writable(a.out, folder=True, field="--out")
     tasks = [get_task(t) for t in a.task] if a.task else suite_tasks(a.suite)
     cfg = CollectConfig(n=a.n, generator=a.generator, seed=a.seed, horizon=a.horizon, batch=a.batch,
                         max_attempts=a.max_attempts, give_up_after=a.give_up_after, images=not a.no_images,
@@ -55,6 +60,8 @@ def inspect_file(path: str) -> str:
         return "\n".join(lines)
     with hdf5.open_file(path) as f:
         names = hdf5.demo_names(f, path)
+        for n in names:  # shapes and keys of every demo (a file without `actions` is named, not a KeyError)
+            hdf5.check_demo(f["data"][n], f"data/{n}", path)
         lengths = np.array([f["data"][n]["actions"].shape[0] for n in names])
         lines.append(f"lengths:     min {lengths.min()}, mean {lengths.mean():.1f}, max {lengths.max()}")
         g = f["data"][names[0]]
@@ -85,6 +92,7 @@ def demo_frames(path: str, demo: int = 0, size: int = 128):
         if key not in f:
             raise DataFileError("no such demo", file=path, field=key)
         g = f[key]
+        hdf5.check_demo(g, key, path)
         if all(k in g["obs"] for k in hdf5.RGB_KEYS):
             av, eh = g["obs/agentview_rgb"][()], g["obs/eye_in_hand_rgb"][()]
             return np.concatenate([av, eh], axis=2)
@@ -130,6 +138,10 @@ def save_gif(path: str, frames, fps: int = 20) -> None:
 
 
 def cmd_video(a):
+    from clbench_jax.cli import check_args, check_out
+
+    check_args(a, demo=0, every=1, size=8)
+    check_out(a.out)
     frames = demo_frames(a.file, a.demo, a.size)
     save_gif(a.out, frames[::a.every], fps=max(1, 20 // a.every))
     print(f"wrote {a.out}: demo {a.demo}, {len(frames)} steps, agentview | eye-in-hand")
@@ -168,6 +180,9 @@ def independence_report(suite: str, n: int, seed: int = 0) -> str:
 
 
 def cmd_independence(a):
+    from clbench_jax.cli import check_args
+
+    check_args(a, n=1, seed=0)
     print(independence_report(a.suite, a.n, a.seed))
 
 

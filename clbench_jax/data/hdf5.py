@@ -83,7 +83,7 @@ def _check_obs(name: str, shape: tuple, dtype: np.dtype, key: str, T: int, file:
         _check_shape(shape, dtype, key, OBS_TRAILING.get(name), T, file)
 
 
-def _check_demo(demo: Mapping[str, Any], prefix: str, file: str,
+def check_demo(demo: Mapping[str, Any], prefix: str, file: str,
                 obs_keys: Sequence[str] | None = None) -> None:
     """Validate one demo (in-memory dict or h5py group: both expose shape and dtype)."""
     for name in ("actions", "obs") + DEMO_ARRAYS[1:]:
@@ -173,7 +173,7 @@ def write_demos(path: str | os.PathLike, demos: Sequence[Mapping[str, Any]], *, 
         arrays = {k: np.asarray(v) for k, v in demo.items() if k not in ("obs", "attrs")}
         if "obs" in demo:
             arrays["obs"] = {k: np.asarray(v) for k, v in demo["obs"].items()}
-        _check_demo(arrays, f"data/demo_{i}", path)
+        check_demo(arrays, f"data/demo_{i}", path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
@@ -260,7 +260,7 @@ def read_demos(path: str | os.PathLike, keys: Sequence[str] | None = None) -> li
             for name in demo_names(f, path):
                 grp = f["data"][name]
                 prefix = f"data/{name}"
-                _check_demo(grp, prefix, path, keys)
+                check_demo(grp, prefix, path, keys)
                 obs_names = list(grp["obs"].keys()) if keys is None else list(keys)
                 demo: dict[str, Any] = {"obs": {}}
                 for k in obs_names:
@@ -281,6 +281,14 @@ def _read(ds: h5py.Dataset, path: str, key: str) -> np.ndarray:
         return ds[()]
     except OSError as e:
         raise DataFileError(f"cannot read (truncated or corrupt?): {e}", file=path, field=key) from e
+
+
+def _finite(arr: np.ndarray, path: str, key: str) -> np.ndarray:
+    """Training data must be finite: one NaN in a demo makes every loss NaN."""
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise DataFileError(f"non-finite value {arr[tuple(bad)]} at step {bad[0]}", file=path, field=key)
+    return arr
 
 
 # ----------------------------------------------------------------------------- windowed dataset
@@ -340,14 +348,15 @@ class SequenceDataset:
                 for name in demo_names(f, path):
                     grp = f["data"][name]
                     prefix = f"data/{name}"
-                    _check_demo(grp, prefix, path, self.obs_keys)
+                    check_demo(grp, prefix, path, self.obs_keys)
                     for k in self.obs_keys:
                         ds = grp["obs"][k]
                         if self._is_image(k) and not cache_images:
                             parts[k].append(ds)
                         else:
-                            parts[k].append(_read(ds, path, f"{prefix}/obs/{k}"))
-                    parts["actions"].append(_read(grp["actions"], path, f"{prefix}/actions"))
+                            parts[k].append(_finite(_read(ds, path, f"{prefix}/obs/{k}"), path, f"{prefix}/obs/{k}"))
+                    parts["actions"].append(_finite(_read(grp["actions"], path, f"{prefix}/actions"), path,
+                                                    f"{prefix}/actions"))
                     demo_lengths.append(int(grp["actions"].shape[0]))
                     demo_file.append(fi)
             except OSError as e:

@@ -6,6 +6,13 @@ goal and no S (their statistics are in eval/language_metrics.py). Episodes of a 
 left out, so a cell with no episode is NaN; an episode whose physics failed counts as a failure, as in LIBERO.
 Metrics (NBT, AUC, final success) are computed per seed and reported as mean and standard deviation (ddof 0)
 across seeds.
+
+One FWT definition per report (`fwt_definition`): LIBERO's, from the training runs' learning curves, only when
+every condition of the report has curves (the original instructions alone: the grid has no curves for
+paraphrases); otherwise S[j, j] for every condition, so AUCs of different conditions compare.
+
+Trivially reachable contrasts (a nudge of the reset state meets their goal) are their own condition,
+"contrast_trivial" (`analysis_columns`): outside S[contrast], GSA and the per-slot numbers, reported apart.
 """
 
 from __future__ import annotations
@@ -15,6 +22,51 @@ import warnings
 import numpy as np
 
 S_CONDITIONS = ("original", "paraphrase", "contrast")
+FWT_CURVES, FWT_DIAGONAL = "learning curves (LIBERO)", "S[j, j]"
+
+
+def analysis_columns(cols: dict) -> dict:
+    """The episode columns the metrics read: columns that older episode files lack get their old meaning (every
+    goal column audited, no trivial contrast, no paraphrase kinds), and trivially reachable contrasts become the
+    condition "contrast_trivial"."""
+    out = dict(cols)
+    n = len(out["condition"])
+    k = np.asarray(out["success"]).shape[1] if n else 1
+    out.setdefault("n_audited", np.full(n, k, np.int32))
+    out.setdefault("trivial", np.zeros(n, bool))
+    out.setdefault("kinds", np.full(n, ""))
+    cond = np.asarray(out["condition"]).astype(str)
+    out["condition"] = np.where((cond == "contrast") & np.asarray(out["trivial"], bool), "contrast_trivial", cond)
+    return out
+
+
+def fwt_definition(tensors: dict, curves: dict | None) -> str:
+    """FWT_CURVES when every (method, seed) has learning curves and no condition but the original has S[j, j];
+    FWT_DIAGONAL otherwise (then for every condition)."""
+    if not curves:
+        return FWT_DIAGONAL
+    for m, d in tensors.items():
+        if any(curves.get(m, {}).get(s) is None for s in d["seeds"]):
+            return FWT_DIAGONAL
+        for ci, c in enumerate(d["conditions"]):
+            if c != "original" and np.isfinite(np.diagonal(d["per_seed"][:, :, :, ci], axis1=1, axis2=2)).any():
+                return FWT_DIAGONAL
+    return FWT_CURVES
+
+
+def broadcast_final(tensors: dict) -> dict:
+    """S tensors of policies that do not learn (the floors, evaluated at the last stage only): S[t, j] = S[K-1, j]
+    for every t >= j."""
+    out = {}
+    for m, d in tensors.items():
+        ps = d["per_seed"].copy()
+        K = ps.shape[1]
+        for t in range(K):
+            ps[:, t, :t + 1] = ps[:, K - 1, :t + 1]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out[m] = dict(d, per_seed=ps, mean=np.nanmean(ps, 0), std=np.nanstd(ps, 0))
+    return out
 
 
 def episode_success(cols: dict) -> np.ndarray:
@@ -72,11 +124,13 @@ def mean_std(values) -> dict:
 
 def seed_metrics(tensors: dict, curves: dict | None = None) -> dict:
     """Per method and condition: FWT / NBT / AUC / final success of S[:, :, c] per seed, then mean and std across
-    seeds; plus the original-vs-paraphrase gaps when both exist. `curves[method][seed]` (learning curves from
-    training) give LIBERO's FWT; without them FWT_j = S[j, j, c]."""
+    seeds; plus the original-vs-paraphrase gaps when both exist. FWT (and with it AUC) by `fwt_definition`: the
+    learning curves `curves[method][seed]` only when they serve every condition, else S[j, j, c] throughout."""
     from clbench_jax.eval.language_metrics import paraphrase_metrics, stage_metrics
     from clbench_jax.lifelong.metrics import fwt_per_task
 
+    if fwt_definition(tensors, curves) != FWT_CURVES:
+        curves = None
     out = {}
     for m, d in tensors.items():
         res = {}
@@ -110,3 +164,34 @@ def to_json(tensors: dict) -> dict:
     return {m: {"seeds": d["seeds"], "conditions": d["conditions"], "mean": nan_none(clean(d["mean"])),
                 "std": nan_none(clean(d["std"])), "per_seed": nan_none(clean(d["per_seed"]))}
             for m, d in tensors.items()}
+
+
+def gap_by_kind(cols: dict, n_tasks: int) -> dict:
+    """The paraphrase gap broken down by paraphrase kind: per method and kind, S_orig - S_kind at the final stage
+    (tasks that have a paraphrase of that kind, equally) and over Omega = {(t, j): j <= t} (the signed gap), per
+    seed, then mean / std across seeds; with the number of tasks and variants of that kind."""
+    cond = np.asarray(cols["condition"]).astype(str)
+    kinds = np.asarray(cols.get("kinds", np.full(len(cond), ""))).astype(str)
+    para = cond == "paraphrase"
+    names = sorted({k for ks in kinds[para] for k in ks.split(",") if k})
+    out: dict = {}
+    for kind in names:
+        has = para & np.array([kind in ks.split(",") for ks in kinds])
+        sub = {k: np.asarray(v)[(cond == "original") | has] for k, v in cols.items()}
+        tensors = success_tensors(sub, n_tasks, ("original", "paraphrase"))
+        for m, d in tensors.items():
+            final, signed = [], []
+            for si in range(len(d["seeds"])):
+                o, p = d["per_seed"][si, :, :, 0], d["per_seed"][si, :, :, 1]
+                t, j = np.tril_indices(n_tasks)
+                diff = (o - p)[t, j]
+                last = (o - p)[n_tasks - 1]
+                final.append(float(np.nanmean(last)) if np.isfinite(last).any() else None)
+                signed.append(float(np.nanmean(diff)) if np.isfinite(diff).any() else None)
+            mm = np.asarray(sub["method"]).astype(str) == m
+            sel = has[(cond == "original") | has] & mm
+            out.setdefault(m, {})[kind] = {
+                "final_gap": mean_std(final), "signed_gap": mean_std(signed),
+                "tasks": int(len(set(np.asarray(sub["task"])[sel].tolist()))),
+                "variants": int(len(set(np.asarray(sub["variant"])[sel].astype(str).tolist())))}
+    return out

@@ -1,9 +1,10 @@
-"""Seed 000's action-level battery and Table III, from a run folder.
+"""Seed 000's action-level battery and Table III: computations only (eval/run.py runs them on a run folder, the
+report reads their file).
 
 Action level (RUN/action_level.json): for the final checkpoint of every (method, seed) of the run, on every task j,
 a fixed sample of demonstration windows of task j (up to `n_windows`, drawn once per task from the grid seed, the
 same windows for every method) is fed to the policy under the original instruction and under each perturbed
-instruction of the run's variant set (paraphrase, contrast, collision). Per variant: Action Divergence and the
+instruction of the run's variant set (paraphrase, contrast, collision, probe, swap, nonsense). Per variant: Action Divergence and the
 expert-action Language Margin (`language_metrics.action_level`, the last step of each full window); per condition:
 variants averaged equally. The file is written atomically after each (method, seed), so an interrupted computation
 resumes with the runs it lacks; a file whose fingerprint (windows, seed, policy, tasks, variants, demo files)
@@ -36,7 +37,7 @@ FORMAT = "clbench-action-level"
 VERSION = 1
 N_WINDOWS = 256
 FILE = "action_level.json"
-PERTURBED = ("paraphrase", "contrast", "collision")
+PERTURBED = ("paraphrase", "contrast", "collision", "probe", "swap", "nonsense")
 
 
 def _log(msg: str) -> None:
@@ -162,81 +163,6 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
     return doc
 
 
-# ------------------------------------------------------------------------------------------- from a run folder
-def variant_file(variants: str | None) -> Path | None:
-    """The run config's grid.variants path (configs name files relative to the repository, as run.grid_spec)."""
-    if not variants:
-        return None
-    path = Path(variants)
-    if not path.exists() and not path.is_absolute():
-        path = Path(__file__).resolve().parents[2] / path
-    return path
-
-
-def run_action_level(run_dir, *, n_windows: int = N_WINDOWS, batch_size: int | None = None,
-                     log: Callable[[str], None] = _log) -> tuple[dict | None, str | None]:
-    """RUN/action_level.json for the run's final checkpoints -> (document or None, a note on why it was skipped or
-    reused as it is, or None). Needs config.yaml, the variant file, the demos and the checkpoints; without the demos
-    an existing file is reused unchecked."""
-    from clbench_jax.eval.grid import embed_variants
-    from clbench_jax.eval.run import (finished_stages, grid_settings, grid_spec, load_run_config, run_tasks,
-                                      stage_checkpoints, train_config)
-    from clbench_jax.lifelong.data import demo_path, has_demos
-    from clbench_jax.lifelong.loop import make_policy
-
-    run_dir = Path(run_dir)
-    out = run_dir / FILE
-    if not (run_dir / "config.yaml").exists():
-        return None, "no config.yaml in the run folder"
-    cfg = load_run_config(run_dir / "config.yaml")
-    g = grid_settings(cfg)
-    if not g["variants"]:
-        return None, "the run has no variant file (original instructions only)"
-    tasks = run_tasks(cfg)
-    first = train_config(cfg, cfg.methods[0], cfg.seeds[0])
-    def demos_of(t):  # True / False (collected, none kept: the oracle never solved it) / None (no file)
-        try:
-            return has_demos(first.demos_dir, t)
-        except DataFileError:
-            return None
-
-    have = [demos_of(t) for t in tasks]
-    missing = [t.name for t, h in zip(tasks, have) if h is None]
-    if missing:
-        why = f"no demos for task {missing[0]} in {first.demos_dir}"
-        if out.exists():
-            return read_action_level(out), f"{why}; using the existing {FILE} as it is"
-        return None, why
-    spec = grid_spec(cfg, tasks, first.obs, first.image_size)
-    if not any(v.condition in PERTURBED for vs in spec.variants for v in vs):
-        return None, "no perturbed instruction in the run's variant set"
-    cks, absent, stamps = [], [], {}
-    for m in cfg.methods:
-        for s in cfg.seeds:
-            tdir = run_dir / "train" / f"{m}_s{s}"
-            stages = finished_stages(tdir)
-            final = [c for c in (stage_checkpoints(tdir, train_config(cfg, m, s), len(tasks), m) if stages else [])
-                     if c.stage == len(tasks) - 1]
-            if final:
-                cks.append(final[-1])
-                step = tdir / "checkpoints" / str(stages[-1])
-                stamps[f"{m}_s{s}"] = f"{stages[-1]}:{step.stat().st_mtime_ns}"
-            else:
-                absent.append(f"{m} seed {s}")
-    if absent:
-        log(f"action level: no final checkpoint for {', '.join(absent)}")
-    if not cks:
-        return None, "no final checkpoint under train/"
-    policy = make_policy(first)
-    doc = compute_action_level(out, cks, policy, [t.name for t in tasks], spec.variants,
-                               [demo_path(first.demos_dir, t) if h else None for t, h in zip(tasks, have)],
-                               obs=first.obs,
-                               embed=lambda: embed_variants(spec, first.lang, cfg.suite), n_windows=n_windows,
-                               seed=g["seed"], batch_size=batch_size or (32 if first.obs == "rgb" else None),
-                               identity={"lang": first.lang}, stamps=stamps, log=log)
-    return doc, None
-
-
 # ------------------------------------------------------------------------------------------- summaries
 def summary(doc: dict | None) -> dict:
     """{method: {condition: {ad, lm: mean / std across seeds}}}: per seed, tasks averaged equally."""
@@ -264,10 +190,10 @@ def ran_episodes(cols: dict) -> np.ndarray:
 
 
 def pair_rows(cols: dict, n_tasks: int, doc: dict | None = None) -> list[dict]:
-    """One row per eligible (method, seed, task): collision OGP / CGAR / AIR of the task's rollouts at the final
-    checkpoint (stage n_tasks - 1) and, from the action-level document, the task's collision AD / LM (NaN when
+    """One row per eligible (method, seed, task): collision OGP / CGAR / AIR (over the audited goal columns) of the
+    task's statically verified collision rollouts at the final checkpoint (stage n_tasks - 1) and, from the action-level document, the task's collision AD / LM (NaN when
     absent)."""
-    from clbench_jax.eval.language_metrics import collision_metrics
+    from clbench_jax.eval.language_metrics import audited_only, collision_metrics
 
     act = {}
     for r in (doc or {}).get("runs", {}).values():
@@ -280,8 +206,10 @@ def pair_rows(cols: dict, n_tasks: int, doc: dict | None = None) -> list[dict]:
     rows = []
     for key in sorted({(str(a), int(b), int(c)) for a, b, c in zip(method, seed, task)}):
         r = np.flatnonzero(m)[(method == key[0]) & (seed == key[1]) & (task == key[2])]
-        res = collision_metrics(cols["task"][r], cols["variant"][r], cols["success"][r], cols["held_at_reset"][r],
-                                cols["action_initiated"][r])
+        k = np.asarray(cols["success"]).shape[1]
+        succ, held = audited_only(cols["success"][r], cols["held_at_reset"][r],
+                                  np.asarray(cols.get("n_audited", np.full(len(cols["task"]), k)))[r])
+        res = collision_metrics(cols["task"][r], cols["variant"][r], succ, held, cols["action_initiated"][r])
         a = act.get(key, {})
         rows.append({"method": key[0], "seed": key[1], "task": key[2], "ogp": res["ogp"], "cgar": res["cgar"],
                      "air": res["air"], "ad": a.get("ad", float("nan")), "lm": a.get("lm", float("nan"))})

@@ -8,9 +8,14 @@ import os
 def cmd_run(a):
     from clbench_jax.eval.run import load_run_config, run
 
+    from clbench_jax.errors import ConfigError
+
+    try:
+        seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else None
+    except ValueError:
+        raise ConfigError(f"must be comma-separated integers, not {a.seeds!r}", field="--seeds") from None
     cfg = load_run_config(a.config, suite=a.suite, n_tasks=a.n_tasks,
-                          methods=a.methods.split(",") if a.methods else None,
-                          seeds=[int(s) for s in a.seeds.split(",")] if a.seeds else None)
+                          methods=a.methods.split(",") if a.methods else None, seeds=seeds)
     out = a.out or os.path.join("runs", os.path.splitext(os.path.basename(a.config))[0])
     doc = run(cfg, out, progress=not a.quiet)
     print(f"results in {out}: report.md, metrics.json, grid/episodes.h5, train/, *.png")
@@ -21,12 +26,12 @@ def cmd_run(a):
 
 
 def cmd_report(a):
-    from clbench_jax.eval.report import finalize, merge_runs
+    from clbench_jax.eval.report import merge_runs
+    from clbench_jax.eval.run import report
 
     if a.merge:
         merge_runs(a.run_dir, a.merge)
-    else:
-        finalize(a.run_dir)
+    report(a.run_dir)
     print(f"wrote {os.path.join(a.run_dir, 'report.md')}, metrics.json and plots")
 
 

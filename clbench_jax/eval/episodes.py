@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 
 from clbench_jax.errors import DataFileError
+from clbench_jax.jsonio import finite_json
 
 FORMAT = "clbench-episodes"
 VERSION = 1
@@ -30,7 +31,7 @@ def write_columns(path: str | os.PathLike, cols: dict[str, np.ndarray], meta: di
     tmp = path.with_name(path.name + ".tmp")
     with h5py.File(tmp, "w") as f:
         f.attrs["format"], f.attrs["version"] = FORMAT, VERSION
-        f.attrs["meta"] = json.dumps(meta or {})
+        f.attrs["meta"] = json.dumps(finite_json(meta or {}), allow_nan=False)
         for k, v in cols.items():
             v = np.asarray(v)
             if v.dtype.kind in "UO":

@@ -10,8 +10,14 @@ Axes (DESIGN principle 1):
 - rollout r: initial state r of the task's settled bank and a policy-noise key, both derived from (grid seed,
   task, r) only, so every checkpoint and variant meets the same paired starts and noise.
 
-An episode runs with goal 0 = its variant's goal (it stops once that holds, as LIBERO's episodes do; collisions
-have no goal and run the full horizon), followed by the task's goal columns.
+An episode runs with goal 0 = its stop goal, followed by the task's goal columns. Episodes under the original goal
+(original, paraphrase, occ, nonsense) stop once it holds, as LIBERO's do; contrasts and swaps run to the horizon so
+both their own goal and the original are known (Target SR and GSA can differ); collisions have no goal and run
+the full horizon too.
+
+Which variants a checkpoint meets (`evaluated`): the spec's conditions, at most `max_per_condition` per task and
+condition (file order), and the `final_only` conditions only at the last stage. The goal columns are every
+executable goal of the task's variants whether evaluated or not, so G_j is all audited goals.
 
 Work is cut into chunks of `chunk` episodes: whole (cell, variant) groups of `n_rollouts` episodes, one scene per
 chunk, the last chunk padded so every chunk has the same shapes (one compile). `chunk="auto"` sizes chunks from the
@@ -41,8 +47,12 @@ from clbench_jax.eval import episodes
 from clbench_jax.jsonio import write_json
 from clbench_jax.tasks.spec import TaskSpec
 
-CONDITIONS = ("original", "paraphrase", "contrast", "collision")
-NEVER = (("false",),)  # the stop goal of a collision episode (runs the full horizon) and goal-column padding
+# probe: an unverified collision probe (evaluated, reported outside the collision aggregate); swap / occ /
+# nonsense: seed 004's faces (eval/faces.py).
+CONDITIONS = ("original", "paraphrase", "contrast", "collision", "probe", "swap", "occ", "nonsense")
+STOP_AT_GOAL = ("original", "paraphrase", "occ", "nonsense")  # the rest run to the horizon
+AUDITED = ("original", "contrast")  # G_j of seed 000: the original goal and the retained contrast goals
+NEVER = (("false",),)  # the stop goal of an episode that runs the full horizon, and goal-column padding
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,8 @@ class Variant:
     text: str
     goal: tuple | None  # atoms ((pred, *args), ...); None for collisions (no executable goal)
     slot: str = ""
+    kinds: tuple[str, ...] = ()  # paraphrase kinds (language/offline.py), e.g. ("synonym", "question")
+    trivial: bool = False  # a contrast whose goal a nudge of the reset state meets (excluded from GSA)
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,9 @@ class GridSpec:
     deterministic: bool = False
     chunk: int | str = "auto"  # episodes per chunk (per device), or "auto": as many as fit (chunk_plan)
     group_loop: bool | None = None  # policy over parameter groups: lax.map (True) or vmap; None: map on CPUs
+    conditions: tuple[str, ...] | None = None  # conditions evaluated (None: all the variants have)
+    max_per_condition: int | None = None  # at most this many variants per task and condition (file order)
+    final_only: tuple[str, ...] = ()  # conditions only the final stage's checkpoints meet
 
     @property
     def loop(self) -> bool:
@@ -106,40 +121,80 @@ def original_variant(task: TaskSpec) -> Variant:
     return Variant(f"{task.name}/original", "original", task.instruction, _atoms(task.goal))
 
 
-def variants_from_file(path, tasks: Sequence[TaskSpec]) -> tuple[tuple[Variant, ...], ...]:
+def occ_variant(task: TaskSpec) -> Variant:
+    """Seed 004's occ face: the original instruction and goal, the policy's perception blanked (eval/faces.py)."""
+    return Variant(f"{task.name}/occ", "occ", task.instruction, _atoms(task.goal))
+
+
+def variants_from_file(path, tasks: Sequence[TaskSpec], suite: str | None = None) -> tuple[tuple[Variant, ...], ...]:
     """Per task: the original instruction, then the file's retained variants (a clbench-variants JSON file,
-    language/variants.py): text, condition, and a goal override for contrasts."""
+    language/variants.py): text, condition, and a goal override for contrasts. A file of another suite, or one
+    without an entry for a task of the grid, is refused (the grid would silently evaluate only the originals)."""
+    from clbench_jax.errors import DataFileError
     from clbench_jax.language.variants import read_variants
 
     doc = read_variants(path)
+    if suite is not None and doc["suite"] != suite:
+        raise DataFileError(f"variant file of suite {doc['suite']!r}, the run is on {suite!r}", file=str(path),
+                            field="suite")
     by_name = {t["task"]: t for t in doc["tasks"]}
+    missing = [t.name for t in tasks if t.name not in by_name]
+    if missing:
+        raise DataFileError(f"no variants for {len(missing)} task(s) of the grid (build them with `clbench variants "
+                            "build`)", file=str(path), task=missing[0], field="tasks")
     out = []
     for task in tasks:
         vs = [original_variant(task)]
-        for v in by_name.get(task.name, {}).get("variants", []):
-            if not v["retained"] or v["condition"] == "original":
+        for v in by_name[task.name]["variants"]:
+            probe = v["condition"] == "collision" and v.get("probe") == "unverified"
+            if not (v["retained"] or probe) or v["condition"] == "original":
                 continue
+            cond = "probe" if probe else v["condition"]
             goal = v.get("goal")
-            if v["condition"] == "collision":
+            if cond in ("collision", "probe"):
                 goal = None
             elif goal is None:
-                if v["condition"] == "contrast":
-                    raise ClbenchError("a contrast variant needs a goal", file=str(path), task=task.name,
+                if cond in ("contrast", "swap"):
+                    raise ClbenchError(f"a {cond} variant needs a goal", file=str(path), task=task.name,
                                        field=f"variants[{v['id']}].goal")
                 goal = vs[0].goal
-            vs.append(Variant(v["id"], v["condition"], v["text"], None if goal is None else _atoms(goal),
-                              v.get("slot") or ""))
+            vs.append(Variant(v["id"], cond, v["text"], None if goal is None else _atoms(goal), v.get("slot") or "",
+                              tuple(v.get("kinds") or ()), bool(v.get("trivial"))))
         out.append(tuple(vs))
     return tuple(out)
 
 
 def goal_columns(variants: Sequence[Variant]) -> list[tuple]:
-    """Task j's goal columns: unique executable goals in variant order (the original's first)."""
+    """Task j's goal columns: its unique executable goals, the audited ones first (the original's, then each
+    contrast goal, in variant order: the language battery's `audited_goals`), then the other goals (swaps)."""
     cols: list[tuple] = []
-    for v in variants:
-        if v.goal is not None and v.goal not in cols:
-            cols.append(v.goal)
+    for audited in (True, False):
+        for v in variants:
+            if v.goal is not None and (v.condition in AUDITED) == audited and v.goal not in cols:
+                cols.append(v.goal)
     return cols
+
+
+def n_audited(variants: Sequence[Variant]) -> int:
+    """How many of the leading goal columns are audited goals (G_j)."""
+    return len(goal_columns([v for v in variants if v.condition in AUDITED]))
+
+
+def evaluated(spec: GridSpec, j: int, stage: int) -> list[int]:
+    """Indices of task j's variants that a checkpoint of `stage` meets (see the module docstring)."""
+    final = stage >= len(spec.tasks) - 1
+    count: dict[str, int] = {}
+    out = []
+    for i, v in enumerate(spec.variants[j]):
+        count[v.condition] = count.get(v.condition, 0) + 1
+        if spec.conditions is not None and v.condition not in spec.conditions:
+            continue
+        if spec.max_per_condition is not None and count[v.condition] > spec.max_per_condition:
+            continue
+        if v.condition in spec.final_only and not final:
+            continue
+        out.append(i)
+    return out
 
 
 def target_column(variants: Sequence[Variant], v: Variant) -> int:
@@ -179,7 +234,7 @@ def groups_by_scene(spec: GridSpec, checkpoints: Sequence[Checkpoint]) -> dict[s
     by_scene: dict[str, list[Group]] = {}
     for ci, ck in enumerate(checkpoints):
         for j in range(min(ck.stage + 1, len(spec.tasks))):
-            for v in range(len(spec.variants[j])):
+            for v in evaluated(spec, j, ck.stage):
                 by_scene.setdefault(spec.tasks[j].scene, []).append(Group(ci, j, v))
     return by_scene
 
@@ -300,7 +355,7 @@ def _mjdata_bytes(model) -> int:
     return int(d.nbuffer + d.narena)
 
 
-def _pool_totals(parts: dict[str, dict], memory: dict[str, dict]) -> tuple[dict[str, int], dict[str, int]]:
+def pool_totals(parts: dict[str, dict], memory: dict[str, dict]) -> tuple[dict[str, int], dict[str, int]]:
     """(bytes per episode, fixed bytes) per memory pool; device parts go to "host" where there is no "device"."""
     per: dict[str, int] = {}
     fixed: dict[str, int] = {}
@@ -330,7 +385,7 @@ def choose_chunk(parts: dict[str, dict], memory: dict[str, dict], *, n_rollouts:
     (11 groups under a budget of 8: two chunks of 6, not 8 + a padded 3 -- the same count, less padding).
     Device parts count against host memory where there is no "device" pool (CPUs). D devices' chunks share the
     host's memory."""
-    per, fixed = _pool_totals(parts, memory)
+    per, fixed = pool_totals(parts, memory)
     budget = max_groups
     for pool, b in per.items():
         share = memory[pool]["free"] / (n_devices if pool == "host" else 1)
@@ -362,7 +417,7 @@ def chunk_plan(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy=None, *
         from jax.experimental import multihost_utils
 
         episodes = int(multihost_utils.broadcast_one_to_all(np.int64(episodes)))
-    per, fixed = _pool_totals(parts, memory)
+    per, fixed = pool_totals(parts, memory)
     return {"requested": "auto", "episodes": episodes, "groups_per_chunk": episodes // spec.n_rollouts,
             "max_groups_per_scene": max_groups, "n_devices": n_devices, "fraction": SAFETY,
             "bytes_per_episode": per, "fixed_bytes": fixed, "memory": memory,
@@ -372,11 +427,14 @@ def chunk_plan(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy=None, *
 # ----------------------------------------------------------------------------------------------- run
 def run_grid(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy, out_dir, *, lang: str = "minilm",
              suite: str | None = None, embeddings: list[np.ndarray] | None = None, n_devices: int | None = None,
-             progress: bool = True, on_chunk: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+             progress: bool = True, on_chunk: Callable[[int], None] | None = None,
+             policy_fn=None) -> dict[str, np.ndarray]:
     """Run (or resume) the grid into `out_dir` -> the episode columns (also written to episodes.h5).
 
     `embeddings`: per task (V_j, D) language embeddings (default: `embed_variants(spec, lang, suite)`).
-    `on_chunk(i)` is called after chunk i is written (progress hooks; tests interrupt the grid there)."""
+    `on_chunk(i)` is called after chunk i is written (progress hooks; tests interrupt the grid there).
+    `policy_fn`: a rollout policy_fn to act instead of the policy's own (the floors, eval/floors.py; `policy`
+    still gives the observation keys and parameter shapes)."""
     from tqdm.auto import tqdm
 
     from clbench_jax.eval import shard
@@ -387,10 +445,10 @@ def run_grid(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy, out_dir,
     mesh = shard.device_mesh(n_devices)
     spec, fp = open_folder(out, spec, checkpoints, policy, mesh.size)  # spec.chunk is a number from here on
     chunks = plan(spec, checkpoints)
-    todo = shard.host_share(pending_chunks(out, len(chunks)))
+    todo = shard.host_share(pending_chunks(out, len(chunks), fp, log=tqdm.write))
     if embeddings is None:
         embeddings = embed_variants(spec, lang, suite)
-    runner = _Runner(spec, checkpoints, policy, mesh, embeddings)
+    runner = _Runner(spec, checkpoints, policy, mesh, embeddings, policy_fn)
     per_scene: dict[str, list[int]] = {}
     for i in todo:
         per_scene.setdefault(chunks[i][0], []).append(i)
@@ -425,15 +483,45 @@ def check_spec(spec: GridSpec) -> None:
     check_chunk(spec.chunk)
     if len(spec.variants) != len(spec.tasks) or any(not vs or vs[0].condition != "original" for vs in spec.variants):
         raise ClbenchError("every task needs its variants, the original instruction first", field="grid.variants")
+    unknown = sorted(({v.condition for vs in spec.variants for v in vs} | set(spec.conditions or ())
+                      | set(spec.final_only)) - set(CONDITIONS))
+    if unknown:
+        raise ClbenchError(f"unknown condition(s) {unknown}; known: {list(CONDITIONS)}", field="grid.conditions")
+    if spec.conditions is not None and "original" not in spec.conditions:
+        raise ClbenchError("the grid needs the original condition", field="grid.conditions")
 
 
 def _chunk_path(out: Path, i: int) -> Path:
     return out / "chunks" / f"{i:05d}.h5"
 
 
-def pending_chunks(out_dir, n_chunks: int) -> list[int]:
-    """Chunks of a grid folder not yet written."""
-    return [i for i in range(n_chunks) if not _chunk_path(Path(out_dir), i).exists()]
+def chunk_problem(path: Path, fp: str, i: int) -> str | None:
+    """Why the chunk file at `path` cannot stand as chunk i of grid `fp` (None: it can)."""
+    if not path.exists():
+        return "missing"
+    try:
+        cols, meta = episodes.read_columns(path)
+    except ClbenchError as e:
+        return str(e)
+    if meta.get("fingerprint") != fp or meta.get("chunk") != i:
+        return f"written for chunk {meta.get('chunk')} of grid {meta.get('fingerprint')}"
+    if len({len(v) for v in cols.values()}) != 1 or "status" not in cols:
+        return "columns of different lengths or no status column"
+    return None
+
+
+def pending_chunks(out_dir, n_chunks: int, fp: str | None = None, log=None) -> list[int]:
+    """Chunks of a grid folder still to run: not written, or (with the grid's fingerprint `fp`) written but
+    unreadable, truncated or from another grid -- those are reported through `log` and recomputed."""
+    out = []
+    for i in range(n_chunks):
+        path = _chunk_path(Path(out_dir), i)
+        why = ("missing" if not path.exists() else None) if fp is None else chunk_problem(path, fp, i)
+        if why is not None:
+            out.append(i)
+            if why != "missing" and log is not None:
+                log(f"grid: chunk file {path} is damaged ({why}); recomputing it")
+    return out
 
 
 def open_folder(out: Path, spec: GridSpec, checkpoints, policy, n_devices: int) -> tuple[GridSpec, str]:
@@ -442,8 +530,18 @@ def open_folder(out: Path, spec: GridSpec, checkpoints, policy, n_devices: int) 
     it), and one of another grid is refused. The fingerprint hashes the chunk size itself, so an "auto" grid resumes
     a folder begun with the same number of episodes per chunk (and older folders, which recorded only that)."""
     path = out / "grid.json"
+    doc = None
     if path.exists():
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:  # a damaged manifest: planned anew; chunk files of this grid are kept
+            from tqdm.auto import tqdm
+
+            tqdm.write(f"grid: {path} is damaged ({e}); writing it again (chunk files of this grid are kept)")
+            doc = None
+    if doc is not None:
         started = (doc.get("chunk") or {}).get("episodes", doc.get("spec", {}).get("chunk"))
         if spec.chunk == "auto" and started is not None:
             spec = replace(spec, chunk=int(started))
@@ -489,14 +587,20 @@ def merge(out: Path, n_chunks: int, fp: str) -> dict[str, np.ndarray] | None:
 class _Runner:
     """Builds and runs the batched rollout of D chunks of one scene."""
 
-    def __init__(self, spec: GridSpec, checkpoints, policy, mesh, embeddings):
-        from clbench_jax.eval import shard
+    def __init__(self, spec: GridSpec, checkpoints, policy, mesh, embeddings, policy_fn=None):
+        from clbench_jax.eval import faces, shard
         from clbench_jax.lifelong.loop import DEFAULT_SEQ_LEN
+        from clbench_jax.policies.act import obs_keys
 
         self.spec, self.checkpoints, self.policy, self.mesh = spec, checkpoints, policy, mesh
         self.lang = [np.asarray(e, np.float32) for e in embeddings]
         self.seq_len = getattr(policy.cfg, "seq_len", DEFAULT_SEQ_LEN)
-        self.fn = shard.sharded_policy_fn(policy, mesh, spec.deterministic, spec.warmup, spec.loop)
+        self.fn = policy_fn or shard.sharded_policy_fn(policy, mesh, spec.deterministic, spec.warmup, spec.loop)
+        # occ episodes share chunks with the others: a per-episode flag in pstate says whom to blank
+        self.occ = any(spec.variants[j][i].condition == "occ" for ck in checkpoints
+                       for j in range(min(ck.stage + 1, len(spec.tasks))) for i in evaluated(spec, j, ck.stage))
+        if self.occ:
+            self.fn = faces.occluding_policy_fn(self.fn, faces.occlusion_keys(obs_keys(policy)))
         self.k = max(len(goal_columns(vs)) for vs in spec.variants)
         self._goals: dict[tuple, Any] = {}
 
@@ -514,7 +618,8 @@ class _Runner:
         if (j, v) not in self._goals:
             task, vs = self.spec.tasks[j], self.spec.variants[j]
             cols = goal_columns(vs)
-            goals = [vs[v].goal or NEVER] + cols + [NEVER] * (self.k - len(cols))
+            stop = vs[v].goal if vs[v].condition in STOP_AT_GOAL else NEVER
+            goals = [stop] + cols + [NEVER] * (self.k - len(cols))
             self._goals[(j, v)] = env.stack([compile_goal(scene.layout, g, GOAL_ROWS, task=task.name,
                                                           file=task.file) for g in goals])
         return self._goals[(j, v)]
@@ -573,6 +678,8 @@ class _Runner:
         lang = rep([self.lang[g.task][g.variant] for g in flat])
         pstate = initial_pstate(stack_params([p for p, _ in params]), lang,
                                 obs_spec(scene, spec.obs, spec.image_size), self.seq_len)
+        if self.occ:
+            pstate["occ"] = rep([self.spec.variants[g.task][g.variant].condition == "occ" for g in flat])
         if spec.backend == "mjx":  # keep the episodes on their devices for the whole on-device episode
             batch = rollout.EpisodeBatch(task_ids=batch.task_ids, goals=shard.place(batch.goals, self.mesh),
                                          state=shard.place(batch.state, self.mesh), mocap=batch.mocap,
@@ -594,30 +701,36 @@ class _Runner:
             for i, g in enumerate(gs):
                 start = (c * per_chunk + i) * R
                 reason = params[c * per_chunk + i][1] or failure
-                rows.append(self._rows(g, reason, None if rec is None else
+                rows.append(self._rows(scene, g, reason, None if rec is None else
                                        jax.tree.map(lambda x: x[start:start + R], rec)))
             out.append(episodes.concat(rows))
         return out
 
-    def _rows(self, g: Group, reason: str | None, rec) -> dict[str, np.ndarray]:
+    def _rows(self, scene, g: Group, reason: str | None, rec) -> dict[str, np.ndarray]:
+        from clbench_jax.eval import faces
         from clbench_jax.sim.rollout import FAIL_REASONS
 
         R, K = self.spec.n_rollouts, self.k
         ck, vs = self.checkpoints[g.ck], self.spec.variants[g.task]
-        v = vs[g.variant]
+        v, task = vs[g.variant], self.spec.tasks[g.task]
         cols = {"method": [ck.method] * R, "seed": [ck.seed] * R, "stage": [ck.stage] * R, "task": [g.task] * R,
-                "task_name": [self.spec.tasks[g.task].name] * R, "variant": [v.id] * R,
+                "task_name": [task.name] * R, "variant": [v.id] * R,
                 "condition": [v.condition] * R, "slot": [v.slot] * R, "rollout": np.arange(R),
-                "target": [target_column(vs, v)] * R, "n_goals": [len(goal_columns(vs))] * R}
-        cols = {k: np.asarray(x, np.int32 if k in ("seed", "stage", "task", "rollout", "target", "n_goals")
-                              else None) for k, x in cols.items()}
+                "target": [target_column(vs, v)] * R, "n_goals": [len(goal_columns(vs))] * R,
+                "n_audited": [n_audited(vs)] * R, "kinds": [",".join(v.kinds)] * R, "trivial": [v.trivial] * R,
+                "named_object": [",".join(faces.named_objects(task, v.goal, vs[0].goal))] * R,
+                "original_object": [",".join(faces.manipulated(task, vs[0].goal))] * R}
+        cols = {k: np.asarray(x, np.int32 if k in ("seed", "stage", "task", "rollout", "target", "n_goals",
+                                                   "n_audited") else None) for k, x in cols.items()}
         if reason is not None:  # the cell did not run
             cols.update(status=np.full(R, f"failed cell: {reason}"), success=np.zeros((R, K), bool),
                         first_success=np.full((R, K), -1, np.int32), held_at_reset=np.zeros((R, K), bool),
                         ee_disp_max=np.zeros(R, np.float32), gripper_change_max=np.zeros(R, np.float32),
                         first_grasp=np.full(R, -1, np.int32), length=np.zeros(R, np.int32),
                         done=np.zeros(R, bool), fail_reason=np.zeros(R, np.int32),
-                        action_initiated=np.zeros(R, bool))
+                        action_initiated=np.zeros(R, bool), first_grasp_object=np.full(R, ""))
+            if faces.reach_recorded():
+                cols["first_reach_object"] = np.full(R, "")
             return cols
         fr = np.asarray(rec.fail_reason, np.int32)
         cols.update(status=np.array(["ok" if f == 0 else f"physics: {FAIL_REASONS[int(f)]}" for f in fr]),
@@ -627,7 +740,10 @@ class _Runner:
                     ee_disp_max=np.asarray(rec.ee_disp_max, np.float32),
                     gripper_change_max=np.asarray(rec.gripper_change_max, np.float32),
                     first_grasp=np.asarray(rec.first_grasp, np.int32), length=np.asarray(rec.length, np.int32),
-                    done=np.asarray(rec.done), fail_reason=fr, action_initiated=np.asarray(rec.action_initiated))
+                    done=np.asarray(rec.done), fail_reason=fr, action_initiated=np.asarray(rec.action_initiated),
+                    first_grasp_object=faces.entity_names(scene, rec.first_grasp))
+        if faces.reach_recorded():
+            cols["first_reach_object"] = faces.entity_names(scene, rec.first_reach)
         return cols
 
 

@@ -135,6 +135,60 @@ def collision_metrics(task, variant, success, held_at_reset, action_initiated) -
             "air": _balanced(np.asarray(action_initiated, bool), task, variant), "episodes": int(len(task))}
 
 
+def audited_only(success, held_at_reset, n_audited) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the audited goal columns (G_j: the first n_audited of each row) for the collision metrics: the other
+    columns (swap goals) neither count as reached nor make a rollout eligible."""
+    success, held = np.asarray(success, bool), np.asarray(held_at_reset, bool)
+    keep = np.arange(success.shape[1])[None, :] < np.asarray(n_audited).reshape(-1, 1)
+    return success & keep, held | ~keep
+
+
+# ------------------------------------------------------------------------------------------- seed 004
+GRASP = ("named", "original", "other", "none")
+
+
+def switch_baseline(task, variant, target, orig_task, orig_success) -> dict:
+    """The no-switch baseline of contrasts / swaps: for each such variant (task j, its goal column k), how often
+    rollouts under the *original* instruction of task j reach goal k (Target SR) and reach it without the original
+    goal (GSA); per variant, then tasks equally, as the variants themselves are averaged. NaN without original
+    rollouts. (Original episodes stop once their goal holds, so the Target SR baseline is a lower bound; the GSA
+    baseline is exact: an episode that reached the original goal counts as no switch either way.)"""
+    task, variant, target = np.asarray(task), np.asarray(variant), np.asarray(target)
+    orig_task, orig_success = np.asarray(orig_task), np.asarray(orig_success, bool)
+    tsr, gsa, tk, vk = [], [], [], []
+    for v in dict.fromkeys(variant.tolist()):
+        m = variant == v
+        j, k = task[m][0], target[m][0]
+        o = orig_success[orig_task == j]
+        if len(o) == 0:
+            continue
+        tsr.append(o[:, k].mean())
+        gsa.append((o[:, k] & ~o[:, 0]).mean())
+        tk.append(j)
+        vk.append(v)
+    return {"target_sr": _balanced(tsr, tk, vk), "gsa": _balanced(gsa, tk, vk)}
+
+
+def face_metrics(task, variant, target, success, grasp, reach=None) -> dict:
+    """Seed 004's reading of a condition's rollouts: success on the variant's own goal, the original goal's rate,
+    the first-grasp distribution over all rollouts and over the failures (named / original / other / none: a failure
+    that grasped the named object is a motor failure, not a grounding one), and, when the simulator records it, the
+    first-reach distribution. Rollouts averaged per variant, variants equally within a task, tasks equally; a
+    split over failures skips variants without failures (NaN when there are none at all)."""
+    success, target = np.asarray(success, bool), np.asarray(target)
+    task, variant, grasp = np.asarray(task), np.asarray(variant), np.asarray(grasp).astype(str)
+    hit = success[np.arange(len(target)), target]
+    out = {"success": _balanced(hit, task, variant), "original_goal": _balanced(success[:, 0], task, variant),
+           "failures": _balanced(~hit, task, variant), "episodes": int(len(task)),
+           "first_grasp": {g: _balanced(grasp == g, task, variant) for g in GRASP},
+           "failed_first_grasp": {g: _balanced(grasp == g, task, variant, mask=~hit) for g in GRASP}}
+    if reach is not None:
+        reach = np.asarray(reach).astype(str)
+        out["first_reach"] = {g: _balanced(reach == g, task, variant) for g in GRASP}
+        out["failed_first_reach"] = {g: _balanced(reach == g, task, variant, mask=~hit) for g in GRASP}
+    return out
+
+
 # ------------------------------------------------------------------------------------------- action level
 def mixture_mean(dist):
     """Mean action of a GMM: sum_k softmax(logits)_k * mean_k -> (..., A)."""

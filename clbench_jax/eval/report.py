@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from clbench_jax.errors import ClbenchError
-from clbench_jax.jsonio import write_text
+from clbench_jax.jsonio import read_json, write_json, write_text
 
 
 def _pm(d: dict | None, scale: float = 100.0) -> str:
@@ -32,7 +32,7 @@ def learning_curves(run_dir: Path) -> dict:
     """{method: {seed: curves}} from train/*/metrics.json (runs without curves are skipped)."""
     out: dict = {}
     for p in sorted((run_dir / "train").glob("*/metrics.json")):
-        m = json.loads(p.read_text())
+        m = read_json(p, "training metrics")
         cfg = m.get("config", {})
         if m.get("curves") and cfg.get("algo") is not None:
             out.setdefault(cfg["algo"], {})[cfg["seed"]] = m["curves"]
@@ -44,9 +44,10 @@ def _log(msg: str) -> None:
 
 
 def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = None,
-             action_level: bool = True) -> dict:
-    """Aggregate grid/episodes.h5 into metrics.json and write report.md + plots -> the metrics dict.
-    `action_level`: compute (or reuse) action_level.json when the run's checkpoints and demos exist."""
+             action_note: str | None = None) -> dict:
+    """Aggregate grid/episodes.h5 (and the floors' episodes) into metrics.json and write report.md + plots -> the
+    metrics dict. Reads the run folder's files only: the action level comes from action_level.json when the run
+    wrote one (eval/run.py computes it); `action_note` says why it is missing or stale."""
     from clbench_jax.eval import aggregate, battery
     from clbench_jax.eval.episodes import read_columns
 
@@ -57,31 +58,36 @@ def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = Non
         raise ClbenchError("no episode file: the grid has not finished (rerun `clbench run` to resume it)",
                            file=str(path))
     cols, meta = read_columns(path)
+    cols = aggregate.analysis_columns(cols)
     tasks = meta["tasks"]
     tensors = aggregate.success_tensors(cols, len(tasks))
     curves = learning_curves(run_dir)
     metrics = aggregate.seed_metrics(tensors, curves)
+    floors = floors_battery(run_dir, len(tasks))
     failed = sorted({(str(m), int(s), int(t), int(j), str(st)) for m, s, t, j, st in
                      zip(cols["method"], cols["seed"], cols["stage"], cols["task"], cols["status"])
                      if str(st).startswith("failed cell")})
     physics = int(np.char.startswith(cols["status"].astype(str), "physics").sum())
-    act, note = None, "disabled (finalize(action_level=False))"
-    if action_level:
+    act, note = None, action_note or f"no {battery.FILE} in the run folder"
+    if (run_dir / battery.FILE).exists():
         try:
-            act, note = battery.run_action_level(run_dir, log=log)
-        except ClbenchError as e:  # a bad demo file or config: the report goes on without the action level
-            act, note = None, f"failed: {e}"
+            act, note = battery.read_action_level(run_dir / battery.FILE), action_note
+        except ClbenchError as e:
+            note = f"unreadable: {e}"
     if note:
         log(f"action-level metrics: {note}")
     cov, cov_note = variant_coverage(run_dir)
     doc = {"tasks": tasks, "episodes": int(len(cols["method"])), "episode_file": "grid/episodes.h5",
+           "fwt_definition": aggregate.fwt_definition(tensors, curves),
            "success": aggregate.to_json(tensors), "metrics": metrics, "language": language_battery(cols, len(tasks)),
+           "paraphrase_kinds": aggregate.gap_by_kind(cols, len(tasks)), "floors": floors,
+           "first_reach_recorded": "first_reach_object" in cols,
            "failed_cells": [dict(zip(("method", "seed", "stage", "task", "reason"), f)) for f in failed],
            "physics_failures": physics,
            "action_level": {"file": battery.FILE if act else None, "note": note, "summary": battery.summary(act)},
            "table3": battery.table3(cols, len(tasks), act),
            "coverage": cov if cov else {"skipped": cov_note}}
-    write_text(run_dir / "metrics.json", json.dumps(doc, indent=1))
+    write_json(run_dir / "metrics.json", doc)
     write_report(run_dir, doc, tensors, curves)
     return doc
 
@@ -89,14 +95,15 @@ def finalize(run_dir: str | os.PathLike, log: Callable[[str], None] | None = Non
 MERGE_KEYS = ("tasks", "goal_columns", "spec")  # what makes two grid folders parts of one grid
 
 
-def merge_runs(out_dir: str | os.PathLike, sources: list, log: Callable[[str], None] | None = None) -> dict:
+def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     """Merge the finished grids of run folders that evaluated disjoint (method, seed) runs of one grid (seeds run
-    on different machines or at different times) into `out_dir`, then report -> the metrics dict.
+    on different machines or at different times) into `out_dir` -> out_dir (report it with eval.run.report).
 
     The grids must agree on tasks, the variants' goal columns and the grid settings, and the folders' config.yaml
     on everything but methods and seeds. out_dir gets grid/episodes.h5 (the sources' episodes, concatenated),
-    config.yaml (methods and seeds united), train/ links to the sources' runs, and a grid.json whose fingerprint
-    names the sources, so `clbench run` there refuses to start a new grid over the merged one."""
+    config.yaml (methods and seeds united), train/ links to the sources' runs, the floors of the first source that
+    has each (they depend only on the grid), and a grid.json whose fingerprint names the sources, so `clbench run`
+    there refuses to start a new grid over the merged one."""
     import yaml
 
     from clbench_jax.eval import episodes
@@ -137,63 +144,119 @@ def merge_runs(out_dir: str | os.PathLike, sources: list, log: Callable[[str], N
     meta = {**{k: metas[0].get(k) for k in MERGE_KEYS}, "fingerprint": fp, "merged_from": list(map(str, sources)),
             "checkpoints": [c for m in metas for c in m.get("checkpoints", [])]}
     episodes.write_columns(out / "grid" / "episodes.h5", episodes.concat(parts), meta)
-    write_text(out / "grid" / "grid.json", json.dumps(meta, indent=1))
+    write_json(out / "grid" / "grid.json", meta)
     if configs[0][1] is not None:
         merged = dict(configs[0][1], methods=list(dict.fromkeys(m for m, _ in owner)),
                       seeds=sorted({s for _, s in owner}))
         write_text(out / "config.yaml", yaml.safe_dump(merged, sort_keys=False))
-    return finalize(out, log=log)
+    from clbench_jax.eval.floors import floor_episode_files
+
+    for src in map(Path, reversed(sources)):  # the first source that has a floor wins
+        for kind, path in floor_episode_files(src).items():
+            cols, meta = episodes.read_columns(path)
+            episodes.write_columns(out / "floors" / kind / "episodes.h5", cols, meta)
+    return out
 
 
 LANGUAGE = {"contrast": ("target_sr", "gsa", "original_persistence"), "collision": ("ogp", "cgar", "air")}
+FACE_CONDITIONS = ("original", "paraphrase", "contrast", "swap", "occ", "nonsense")
+
+
+def seed_battery(c: dict) -> dict:
+    """The battery of one (method, seed) from its final-stage episodes `c` (analysis columns, episodes that ran):
+    seed 000's contrast numbers (overall, per slot, and the no-switch baseline; trivially reachable contrasts
+    apart), collision numbers over the audited goals (verified collisions; unverified probes apart), and seed
+    004's reading of every goal condition (`faces`: success, original goal, first grasp -- and first reach when
+    recorded -- over all rollouts and over the failures) with the swaps' no-switch baseline."""
+    from clbench_jax.eval import faces
+    from clbench_jax.eval import language_metrics as L
+
+    out: dict = {}
+    cond = np.asarray(c["condition"]).astype(str)
+    orig = cond == "original"
+    for name in ("contrast", "contrast_trivial"):
+        r = cond == name
+        if r.any():
+            res = L.contrast_metrics(c["task"][r], c["variant"][r], c["slot"][r], c["target"][r], c["success"][r])
+            out[name] = {k: res[k] for k in LANGUAGE["contrast"]}
+            if name == "contrast":
+                out["contrast_per_slot"] = {sl: d if d.get("unavailable") else {k: d[k] for k in LANGUAGE["contrast"]}
+                                            for sl, d in res["per_slot"].items()}
+    for name in ("contrast", "swap"):
+        r = cond == name
+        if r.any() and orig.any():
+            out[f"{name}_baseline"] = L.switch_baseline(c["task"][r], c["variant"][r], c["target"][r], c["task"][orig],
+                                                        c["success"][orig])
+    for name in ("collision", "probe"):
+        r = cond == name
+        if r.any():
+            succ, held = L.audited_only(c["success"][r], c["held_at_reset"][r], c["n_audited"][r])
+            res = L.collision_metrics(c["task"][r], c["variant"][r], succ, held, c["action_initiated"][r])
+            out[name] = {k: res[k] for k in LANGUAGE["collision"]}
+            out[f"{name}_achieved"] = res["achieved"]
+    if "first_grasp_object" in c:
+        grasp = faces.grasp_category(c["first_grasp_object"], c["named_object"], c["original_object"])
+        reach = (faces.grasp_category(c["first_reach_object"], c["named_object"], c["original_object"])
+                 if "first_reach_object" in c else None)
+        for name in FACE_CONDITIONS:
+            r = cond == name
+            if r.any():
+                out.setdefault("faces", {})[name] = L.face_metrics(
+                    c["task"][r], c["variant"][r], c["target"][r], c["success"][r], grasp[r],
+                    None if reach is None else reach[r])
+    return out
+
+
+def _combine(items: list):
+    """Per-seed nested dicts -> the same tree with mean_std at the leaves; a subtree unavailable in every seed stays
+    {"unavailable": true}, one missing in a seed counts as missing there."""
+    from clbench_jax.eval.aggregate import mean_std
+
+    dicts = [x for x in items if isinstance(x, dict)]
+    if not dicts:
+        return mean_std([None if x is None or (isinstance(x, float) and x != x) else x for x in items])
+    if all(isinstance(x, dict) and x.get("unavailable") for x in items):
+        return {"unavailable": True}
+    keys = dict.fromkeys(k for d in dicts for k in d if k != "unavailable")
+    return {k: _combine([x.get(k) if isinstance(x, dict) and not x.get("unavailable") else None for x in items])
+            for k in keys}
 
 
 def language_battery(cols: dict, n_tasks: int) -> dict:
-    """Seed 000's Table II / Figure 3 / Figure 4 numbers for the final checkpoint (stage K - 1), per method:
-    contrast Target SR / GSA / Original Persistence, the same per edited slot (`contrast_per_slot`; a slot with no
-    episode in any seed is {"unavailable": true}), collision OGP / CGAR / AIR and the achieved-goal distribution
-    (`collision_achieved`: original / other / multiple / none) (eval/language_metrics.py), per seed, then
-    mean / std across seeds."""
-    from clbench_jax.eval import language_metrics as L
-    from clbench_jax.eval.aggregate import mean_std
+    """Per method: `seed_battery` of its final checkpoint (stage K - 1) per seed, then mean / std across seeds
+    (seed 000's Table II, Figures 3 and 4; seed 004's faces and first-grasp split)."""
     from clbench_jax.eval.battery import ran_episodes
+    from clbench_jax.eval.episodes import select
 
-    ran = ran_episodes(cols)
+    final = ran_episodes(cols) & (np.asarray(cols["stage"]) == n_tasks - 1)
+    method, seed = np.asarray(cols["method"]).astype(str), np.asarray(cols["seed"])
     out: dict = {}
-    for m in sorted(set(cols["method"].tolist())):
-        per: dict = {}
-        for seed in sorted(set(cols["seed"][cols["method"] == m].tolist())):
-            base = ran & (cols["method"] == m) & (cols["seed"] == seed) & (cols["stage"] == n_tasks - 1)
-            for cond, keys in LANGUAGE.items():
-                r = base & (cols["condition"] == cond)
-                if not r.any():
-                    continue
-                if cond == "contrast":
-                    res = L.contrast_metrics(cols["task"][r], cols["variant"][r], cols["slot"][r], cols["target"][r],
-                                             cols["success"][r])
-                else:
-                    res = L.collision_metrics(cols["task"][r], cols["variant"][r], cols["success"][r],
-                                              cols["held_at_reset"][r], cols["action_initiated"][r])
-                for k in keys:
-                    per.setdefault(cond, {}).setdefault(k, []).append(res[k])
-                if cond == "contrast":
-                    for slot, r2 in res["per_slot"].items():
-                        for k in keys:
-                            per.setdefault("contrast_per_slot", {}).setdefault(slot, {}).setdefault(k, []).append(
-                                None if r2.get("unavailable") else r2[k])
-                else:
-                    for k, v in res["achieved"].items():
-                        per.setdefault("collision_achieved", {}).setdefault(k, []).append(v)
-        res_m = {c: {k: mean_std(v) for k, v in per[c].items()} for c in LANGUAGE if c in per}
-        if "collision_achieved" in per:
-            res_m["collision_achieved"] = {k: mean_std(v) for k, v in per["collision_achieved"].items()}
-        if "contrast_per_slot" in per:
-            ck = LANGUAGE["contrast"]
-            res_m["contrast_per_slot"] = {
-                slot: {k: mean_std(d[k]) for k in ck} if any(x is not None for x in d[ck[0]]) else {"unavailable": True}
-                for slot, d in per["contrast_per_slot"].items()}
-        out[m] = res_m
+    for m in sorted(set(method.tolist())):
+        seeds = sorted(set(seed[method == m].tolist()))
+        per = [seed_battery(select(cols, final & (method == m) & (seed == s))) for s in seeds]
+        out[m] = _combine(per) if any(per) else {}
     return out
+
+
+def floors_battery(run_dir: Path, n_tasks: int) -> dict:
+    """The floors' numbers (RUN/floors/<floor>/episodes.h5, eval/floors.py) -> {"metrics", "language", "success",
+    "paraphrase_kinds", "episodes", "files"} (or {"note"} without floors). A floor runs at the last stage only; it
+    does not learn, so its S[t, j] is its final S[K-1, j] at every stage."""
+    from clbench_jax.eval import aggregate
+    from clbench_jax.eval.episodes import concat, read_columns
+    from clbench_jax.eval.floors import floor_episode_files
+
+    files = floor_episode_files(run_dir)
+    if not files:
+        return {"note": "no floors in the run folder (grid.floors, `clbench run`)"}
+    parts = [aggregate.analysis_columns(read_columns(f)[0]) for f in files.values()]
+    common = set.intersection(*(set(p) for p in parts))
+    cols = concat([{k: p[k] for k in common} for p in parts])
+    tensors = aggregate.broadcast_final(aggregate.success_tensors(cols, n_tasks))
+    return {"metrics": aggregate.seed_metrics(tensors), "language": language_battery(cols, n_tasks),
+            "success": aggregate.to_json(tensors),
+            "paraphrase_kinds": aggregate.gap_by_kind(cols, n_tasks), "episodes": int(len(cols["method"])),
+            "files": {k: str(v.relative_to(run_dir)) for k, v in files.items()}}
 
 
 def variant_coverage(run_dir: Path) -> tuple[dict | None, str | None]:
@@ -201,19 +264,33 @@ def variant_coverage(run_dir: Path) -> tuple[dict | None, str | None]:
     (coverage, None) or (None, why not)."""
     import yaml
 
-    from clbench_jax.eval.battery import variant_file
     from clbench_jax.language.variants import coverage, read_variants
+    from clbench_jax.paths import repo_file
 
     cfg = run_dir / "config.yaml"
     if not cfg.exists():
         return None, "no config.yaml in the run folder"
-    path = variant_file(((yaml.safe_load(cfg.read_text()) or {}).get("grid") or {}).get("variants"))
-    if path is None:
+    name = ((yaml.safe_load(cfg.read_text()) or {}).get("grid") or {}).get("variants")
+    if not name:
         return None, "the run has no variant file"
+    path = repo_file(name)
     try:
         return dict(coverage(read_variants(path)), file=str(path)), None
     except ClbenchError as e:
         return None, str(e)
+
+
+def _with_floors(doc: dict, key: str):
+    """(label, result) for each method, then each floor ("floor: random-motion"), of doc[key] / floors[key]."""
+    yield from doc.get(key, {}).items()
+    for f, r in doc.get("floors", {}).get(key, {}).items():
+        yield f"floor: {f}", r
+
+
+def _get(d, *keys):
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
 
 
 def write_report(run_dir: Path, doc: dict, tensors: dict, curves: dict) -> None:
@@ -225,48 +302,94 @@ def write_report(run_dir: Path, doc: dict, tensors: dict, curves: dict) -> None:
     lines = ["# clbench run report", ""]
     if cfg_path.exists():
         lines += ["Run config (`config.yaml`):", "", "```yaml", cfg_path.read_text().strip(), "```", ""]
+    fl = doc.get("floors", {})
+    floor_note = (f"Floors (seed 004): the do-nothing and random-motion policies ran the whole battery "
+                  f"({fl['episodes']:,} episodes, `{'`, `'.join(fl['files'].values())}`); their rows (`floor: ...`) "
+                  "sit under the methods in every table: read each rate against them, not against zero. A floor "
+                  "does not learn: its S[t, j] is its last-stage S[K-1, j] at every stage."
+                  if "files" in fl else f"Floors: {fl.get('note', 'none')}.")
     lines += [f"{doc['episodes']:,} evaluated episodes in `{doc['episode_file']}`; every success number below is "
               "computed from them by `clbench_jax/eval/aggregate.py`: an episode succeeds when its variant's goal "
               "column (`target`) held; rollouts are averaged per variant, variants equally within (stage t, task "
-              "j, condition c), then mean ± std (ddof 0) across seeds. FWT uses the training runs' learning "
-              "curves (`train/*/metrics.json`, LIBERO's definition) where they exist, else S[j, j]. "
-              "Percentages.", "", "## FWT / NBT / AUC (original instructions)", "",
+              "j, condition c), then mean ± std (ddof 0) across seeds. Percentages.", "",
+              f"**FWT definition for every condition of this report: {doc['fwt_definition']}** (LIBERO's "
+              "learning-curve FWT only when every condition has curves, i.e. original instructions alone; "
+              "otherwise the success right after learning task j, from the grid, for all conditions, so AUCs "
+              "compare).", "", floor_note, "", "## FWT / NBT / AUC (original instructions)", "",
               "| method | seeds | FWT ↑ | NBT ↓ | AUC ↑ | final success ↑ |", "|---|---|---|---|---|---|"]
-    for m, res in doc["metrics"].items():
+    for m, res in _with_floors(doc, "metrics"):
         o = res.get("original", {})
-        lines.append(f"| {m} | {len(tensors[m]['seeds'])} | {_pm(o.get('fwt'))} | {_pm(o.get('nbt'))} | "
+        n = len(tensors[m]["seeds"]) if m in tensors else len((o.get("final") or {}).get("per_seed", []))
+        lines.append(f"| {m} | {n} | {_pm(o.get('fwt'))} | {_pm(o.get('nbt'))} | "
                      f"{_pm(o.get('auc'))} | {_pm(o.get('final'))} |")
     conds = sorted({c for res in doc["metrics"].values() for c in res if c not in ("original", "paraphrase_gap")})
     if conds:
         lines += ["", "## Other instruction conditions", "", "| method | condition | NBT | AUC | final success |",
                   "|---|---|---|---|---|"]
-        for m, res in doc["metrics"].items():
+        for m, res in _with_floors(doc, "metrics"):
             for c in conds:
                 if c in res:
                     lines.append(f"| {m} | {c} | {_pm(res[c]['nbt'])} | {_pm(res[c]['auc'])} | "
                                  f"{_pm(res[c]['final'])} |")
-        gaps = {m: r["paraphrase_gap"] for m, r in doc["metrics"].items() if "paraphrase_gap" in r}
+        gaps = [(m, r["paraphrase_gap"]) for m, r in _with_floors(doc, "metrics") if "paraphrase_gap" in r]
         if gaps:
             lines += ["", "Paraphrase gap (original − paraphrase, points):", "",
                       "| method | AUC gap | final gap | signed gap over all (t, j ≤ t) |", "|---|---|---|---|"]
             lines += [f"| {m} | {_pm(g['auc_gap'])} | {_pm(g['final_gap'])} | {_pm(g['signed_gap'])} |"
-                      for m, g in gaps.items()]
+                      for m, g in gaps]
+    kinds = list(_with_floors(doc, "paraphrase_kinds"))
+    if kinds:
+        names = sorted({k for _, r in kinds for k in r})
+        lines += ["", "### Paraphrase gap by kind of rewording", "",
+                  "Original − paraphrase over the paraphrases of each kind (a paraphrase has several kinds; "
+                  "`composition`: two or more), final stage / signed over all (t, j ≤ t), points; tasks with a "
+                  "paraphrase of that kind, equally.", "",
+                  "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for m, r in kinds:
+            lines.append(f"| {m} | " + " | ".join(
+                f"{_pct(r[k]['final_gap'])} / {_pct(r[k]['signed_gap'])}" if k in r else "n/a" for k in names) + " |")
+        first = kinds[0][1]
+        lines += ["", "Paraphrases per kind (tasks / variants): " + ", ".join(
+            f"{k} {first[k]['tasks']} / {first[k]['variants']}" for k in names if k in first) + "."]
     if any(doc["language"].values()):
         lines += ["", "## Language battery, final checkpoint (seed 000's definitions)", "",
-                  "| method | contrast target SR | GSA | original persistence | collision OGP | CGAR | AIR |",
-                  "|---|---|---|---|---|---|---|"]
-        for m, res in doc["language"].items():
+                  "GSA beside its no-switch baseline: how often the *original* instruction's rollouts reach the "
+                  "contrast goal without the original one (per contrast variant, as the contrasts are averaged). "
+                  "Contrasts run to the horizon, so Target SR and GSA can differ. Trivially reachable contrasts "
+                  "and unverified collision probes are outside these columns (tables below). Collisions: "
+                  "statically verified ones, over the audited goals G_j.", "",
+                  "| method | contrast target SR | GSA | GSA no-switch baseline | original persistence | "
+                  "collision OGP | CGAR | AIR |", "|---|---|---|---|---|---|---|---|"]
+        for m, res in _with_floors(doc, "language"):
             c, x = res.get("contrast", {}), res.get("collision", {})
-            lines.append(f"| {m} | " + " | ".join(_pm(c.get(k)) for k in LANGUAGE["contrast"]) + " | "
+            lines.append(f"| {m} | {_pm(c.get('target_sr'))} | {_pm(c.get('gsa'))} | "
+                         f"{_pm(_get(res, 'contrast_baseline', 'gsa'))} | {_pm(c.get('original_persistence'))} | "
                          + " | ".join(_pm(x.get(k)) for k in LANGUAGE["collision"]) + " |")
+        apart = [(m, r) for m, r in _with_floors(doc, "language") if "contrast_trivial" in r or "probe" in r]
+        if apart:
+            lines += ["", "Reported apart: contrasts whose goal a nudge of the reset state meets (an articulated "
+                      "joint moved 0.01 from rest: LIBERO's Close is q > 0 and TurnOff q < 0 while drawers and "
+                      "knobs rest at 0), and unverified collision probes.", "",
+                      "| method | trivial contrasts: target SR | GSA | original persistence | probes: OGP | CGAR "
+                      "| AIR |", "|---|---|---|---|---|---|---|"]
+            for m, r in apart:
+                c, x = r.get("contrast_trivial", {}), r.get("probe", {})
+                lines.append(f"| {m} | " + " | ".join(_pm(c.get(k)) for k in LANGUAGE["contrast"]) + " | "
+                             + " | ".join(_pm(x.get(k)) for k in LANGUAGE["collision"]) + " |")
+    lines += counterfactual_sections(doc)
     lines += battery_sections(run_dir, doc)
+    fs = doc.get("floors", {}).get("success", {})
     lines += ["", "## Final success per task (original instructions, after the last stage)", "",
-              "| task | " + " | ".join(tensors) + " |", "|---|" + "---|" * len(tensors)]
+              "| task | " + " | ".join(list(tensors) + [f"floor: {f}" for f in fs]) + " |",
+              "|---|" + "---|" * (len(tensors) + len(fs))]
     for j, t in enumerate(tasks):
         cells = []
         for m, d in tensors.items():
             mu, sd = d["mean"][-1, j, 0], d["std"][-1, j, 0]
             cells.append("n/a" if not np.isfinite(mu) else f"{100 * mu:.1f} ± {100 * sd:.1f}")
+        for d in fs.values():
+            mu, sd = d["mean"][-1][j][0], d["std"][-1][j][0]
+            cells.append("n/a" if mu is None else f"{100 * mu:.1f} ± {100 * sd:.1f}")
         lines.append(f"| {j}: {t} | " + " | ".join(cells) + " |")
     lines += ["", "## Success matrices and learning curves", ""]
     for m, d in tensors.items():
@@ -288,6 +411,50 @@ def write_report(run_dir: Path, doc: dict, tensors: dict, curves: dict) -> None:
     write_text(run_dir / "report.md", "\n".join(lines) + "\n")
 
 
+def counterfactual_sections(doc: dict) -> list[str]:
+    """Markdown for seed 004's faces and the first-grasp split of every goal condition's failures."""
+    rows = [(m, r["faces"], r) for m, r in _with_floors(doc, "language") if "faces" in r]
+    if not rows:
+        return ["", "## Counterfactual battery (seed 004)", "",
+                "Not available: this grid recorded no first grasp or ran no face (swap / occ / nonsense)."]
+    reach = doc.get("first_reach_recorded")
+    lines = ["", "## Counterfactual battery (seed 004), final checkpoint", "",
+             "swap: the instruction names another object of the scene (its goal: that object where the original "
+             "put its own); occ: the original instruction with the cameras blanked (state policies: the object "
+             "tokens' identity fields); nonsense: a string with no name in it, judged on the original goal. "
+             "First grasp: the object both fingers first closed on. No-switch: the swap goal's rate under the "
+             "original instruction.", "",
+             "| method | original SR | swap: named goal | swap: original goal | swap: first grasp on the named "
+             "object | swap no-switch | occ SR | nonsense SR |" + (" swap: first reach named |" if reach else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if reach else "")]
+    for m, f, r in rows:
+        cells = [_pm(_get(f, "original", "success")), _pm(_get(f, "swap", "success")),
+                 _pm(_get(f, "swap", "original_goal")), _pm(_get(f, "swap", "first_grasp", "named")),
+                 _pm(_get(r, "swap_baseline", "target_sr")), _pm(_get(f, "occ", "success")),
+                 _pm(_get(f, "nonsense", "success"))]
+        if reach:
+            cells.append(_pm(_get(f, "swap", "first_reach", "named")))
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    if not reach:
+        lines += ["", "Which object the end-effector reached first is not recorded by this simulator build "
+                  "(`rollout.Records.first_reach`; eval/faces.py `reach_recorded`): the split below uses the "
+                  "first grasp only."]
+    lines += ["", "### Failures split by the first-grasped object", "",
+              "Per goal condition: success, then the failures (rollouts that missed the variant's own goal) by "
+              "what the gripper first closed on: the object the instruction names, the one the original goal "
+              "moves (named = original unless the variant renames it), another object, or nothing. A failure "
+              "that grasped the named object is a motor failure, not a grounding one. Shares of the failures.", "",
+              "| method | condition | success | failures | grasped named | grasped original | grasped other | "
+              "no grasp |", "|---|---|---|---|---|---|---|---|"]
+    for m, f, _ in rows:
+        for c in FACE_CONDITIONS:
+            if c in f:
+                g = f[c].get("failed_first_grasp", {})
+                lines.append(f"| {m} | {c} | {_pm(f[c].get('success'))} | {_pm(f[c].get('failures'))} | "
+                             + " | ".join(_pm(g.get(k)) for k in ("named", "original", "other", "none")) + " |")
+    return lines
+
+
 def _pct(d: dict | None) -> str:
     return "n/a" if not d or d.get("mean") is None else f"{100 * d['mean']:.1f}"
 
@@ -301,7 +468,7 @@ def battery_sections(run_dir: Path, doc: dict) -> list[str]:
     from clbench_jax.eval.battery import TABLE3
     from clbench_jax.eval.language_metrics import ACHIEVED, SLOTS
 
-    lang, lines = doc["language"], []
+    lang, lines = dict(_with_floors(doc, "language")), []
     slots = {m: r["contrast_per_slot"] for m, r in lang.items() if "contrast_per_slot" in r}
     if slots:
         lines += ["", "### Contrasts per edited slot (Figure 3)", "",
@@ -487,7 +654,7 @@ def plot_gaps(gaps: dict, path: str) -> None:
 def _curve_epochs(run_dir: Path, method: str, seed: int, curves) -> list:
     p = run_dir / "train" / f"{method}_s{seed}" / "metrics.json"
     if p.exists():
-        ep = json.loads(p.read_text()).get("curve_epochs")
+        ep = read_json(p, "training metrics").get("curve_epochs")
         if ep:
             return ep
     return [list(range(len(c))) for c in curves]

@@ -14,6 +14,7 @@ of a task, which is what target, relation and attribute contrasts choose from.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -70,6 +71,59 @@ LEXICON: dict[str, Noun] = {
     "microwave": Noun(("microwave",), "microwave"),
     "wooden_tray": Noun(("wooden tray", "tray"), "tray"),
     "wooden_two_layer_shelf": Noun(("cabinet shelf", "shelf"), "shelf"),
+}
+# Other names people use for a category's objects (same referent, other words) and more general names
+# (hypernyms). Paraphrases use a name only where it names one entity of the task (`unique_names`): "the sauce" for the
+# ketchup only when no other sauce is in the scene.
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "akita_black_bowl": ("black dish", "dark bowl"),
+    "white_bowl": ("white dish",),
+    "plate": ("dinner plate", "platter"),
+    "glazed_rim_porcelain_ramekin": ("porcelain ramekin", "small ramekin"),
+    "cookies": ("box of cookies", "cookie package"),
+    "wooden_cabinet": ("cupboard", "wooden cupboard", "chest of drawers"),
+    "white_cabinet": ("cupboard", "white cupboard", "chest of drawers"),
+    "flat_stove": ("cooktop", "stovetop", "hob"),
+    "wine_bottle": ("bottle of wine",),
+    "wine_rack": ("bottle rack", "wine holder"),
+    "basket": ("bin", "wicker basket"),
+    "alphabet_soup": ("can of alphabet soup", "alphabet soup can", "soup can"),
+    "cream_cheese": ("package of cream cheese", "cream cheese pack"),
+    "salad_dressing": ("bottle of salad dressing", "dressing bottle"),
+    "new_salad_dressing": ("bottle of salad dressing", "dressing bottle"),
+    "bbq_sauce": ("barbecue sauce", "bottle of barbecue sauce"),
+    "ketchup": ("tomato ketchup", "ketchup bottle"),
+    "tomato_sauce": ("can of tomato sauce", "tomato sauce can"),
+    "butter": ("stick of butter", "butter pack"),
+    "milk": ("milk carton", "carton of milk"),
+    "chocolate_pudding": ("pudding cup", "chocolate pudding cup"),
+    "orange_juice": ("carton of orange juice", "orange juice carton"),
+    "chefmate_8_frypan": ("skillet", "frypan"),
+    "moka_pot": ("coffee pot", "espresso pot", "stovetop coffee maker"),
+    "porcelain_mug": ("white cup", "white coffee mug"),
+    "white_yellow_mug": ("yellow and white cup",),
+    "red_coffee_mug": ("red cup",),
+    "black_book": ("dark book", "black volume"),
+    "yellow_book": ("yellow volume",),
+    "desk_caddy": ("desk organizer", "pen caddy"),
+    "microwave": ("microwave oven",),
+    "wooden_tray": ("serving tray",),
+    "wooden_two_layer_shelf": ("wooden shelf", "two-layer shelf", "shelving unit"),
+}
+HYPERNYMS: dict[str, tuple[str, ...]] = {
+    "akita_black_bowl": ("dish", "container"), "white_bowl": ("dish", "container"), "plate": ("dish",),
+    "glazed_rim_porcelain_ramekin": ("dish", "container"), "cookies": ("snack", "box"),
+    "wooden_cabinet": ("furniture",), "white_cabinet": ("furniture",), "flat_stove": ("appliance",),
+    "wine_bottle": ("bottle", "drink"), "wine_rack": ("rack",), "basket": ("container",),
+    "alphabet_soup": ("soup", "canned food"), "cream_cheese": ("dairy product", "cheese"),
+    "salad_dressing": ("condiment", "bottle"), "new_salad_dressing": ("condiment", "bottle"),
+    "bbq_sauce": ("sauce", "condiment", "bottle"), "ketchup": ("sauce", "condiment", "bottle"),
+    "tomato_sauce": ("sauce", "canned food"), "butter": ("dairy product",), "milk": ("dairy product", "carton", "drink"),
+    "chocolate_pudding": ("dessert", "snack"), "orange_juice": ("juice", "drink", "carton"),
+    "chefmate_8_frypan": ("pan", "cookware"), "moka_pot": ("pot", "cookware"), "porcelain_mug": ("mug", "cup"),
+    "white_yellow_mug": ("mug", "cup"), "red_coffee_mug": ("mug", "cup"), "black_book": ("book",),
+    "yellow_book": ("book",), "desk_caddy": ("organizer", "container"), "microwave": ("appliance", "oven"),
+    "wooden_tray": ("tray",), "wooden_two_layer_shelf": ("shelf", "furniture"),
 }
 # Things a scene can lack: collisions name one of these when the task has none of its head noun.
 ABSENT_CANDIDATES = ("microwave", "basket", "frying pan", "ketchup", "wine bottle", "plate", "book", "stove")
@@ -454,3 +508,76 @@ def edit_text(text: str, span: tuple[int, int], new: str) -> str:
 
 def with_slot(frame: Frame, k: str, slot: Slot) -> Frame:
     return replace(frame, **{k: slot})
+
+
+# ---------------------------------------------------------------------------------------------------- mentions
+NAME_KINDS = ("lexicon", "synonym", "hypernym")
+
+
+def _names(task: TaskSpec, entity: str) -> dict[str, str]:
+    """phrase -> kind ("lexicon" / "synonym" / "hypernym") of every name of the entity, ambiguous ones included."""
+    cat = task.category(entity) or ""
+    out = {p: "lexicon" for p in noun(task, entity).phrases}
+    for kind, table in (("synonym", SYNONYMS), ("hypernym", HYPERNYMS)):
+        for p in table.get(cat, ()):
+            out.setdefault(p, kind)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def phrase_index(task: TaskSpec) -> dict[str, tuple[frozenset, str | None]]:
+    """Every phrase that names something of the task -> (the entities it may name, the part it names or None):
+    lexicon names, synonyms and hypernyms (and their plurals), a look-alike's position-qualified names ("left
+    plate"), and the parts of places ("top drawer", "back compartment", which name their fixture's part)."""
+    index: dict[str, set] = {}
+    for e in list(task.objects) + list(task.fixtures):
+        if (task.category(e) or "") in TABLE_CATEGORIES:
+            continue
+        pos = position_word(task, e) if e in task.objects and same_head(task, e) else None
+        for p in _names(task, e):
+            for q in (p, p + "s") + ((f"{pos} {p}",) if pos else ()):
+                index.setdefault(q, set()).add(e)
+    out = {p: (frozenset(es), None) for p, es in index.items()}
+    for pl in places(task):
+        if pl.part:
+            out[pl.part] = (frozenset({pl.landmark}), pl.part)
+    return out
+
+
+def mention_phrases(task: TaskSpec, text: str) -> list[tuple[str, frozenset, str | None]]:
+    """The naming phrases of a text, in text order: (phrase, entities it may name, part), longest phrases first and
+    without overlap."""
+    index = phrase_index(task)
+    t = " ".join(re.sub(r"[^a-z0-9 ]+", " ", text.lower()).split())
+    taken = [False] * len(t)
+    found = []
+    for p in sorted(index, key=len, reverse=True):
+        for m in re.finditer(r"\b" + re.escape(p) + r"\b", t):
+            if not any(taken[m.start():m.end()]):
+                taken[m.start():m.end()] = [True] * (m.end() - m.start())
+                found.append((m.start(), p, *index[p]))
+    return [f[1:] for f in sorted(found)]
+
+
+def mentions(task: TaskSpec, text: str) -> set[tuple[frozenset, str | None]]:
+    """What a text names: (entities a phrase may name, part) for each naming phrase; a part also mentions its
+    fixture. Two texts that mention the same set name the same things."""
+    found = set()
+    for _, ents, part in mention_phrases(task, text):
+        found.add((ents, part))
+        if part:
+            found.add((ents, None))
+    return found
+
+
+def name_kind(task: TaskSpec, phrase: str, entities) -> str | None:
+    """"lexicon" / "synonym" / "hypernym": how `phrase` names the entities (None for a part or an unknown phrase)."""
+    kinds = {_names(task, e).get(phrase.removesuffix("s")) or _names(task, e).get(phrase) for e in entities}
+    kinds.discard(None)
+    return min(kinds, key=NAME_KINDS.index) if kinds else None
+
+
+def unique_names(task: TaskSpec, entity: str, kind: str) -> list[str]:
+    """The entity's names of one kind (NAME_KINDS) that name it alone in the task, in lexicon order."""
+    index = phrase_index(task)
+    return [p for p, k in _names(task, entity).items() if k == kind and index[p][0] == frozenset({entity})]

@@ -1,30 +1,47 @@
 """Offline variant generator: a deterministic grammar over the BDDL vocabulary (no network, no key).
 
-Paraphrases re-render the task's frames with other verbs (synonyms), word orders, the passive voice and other names
-of the same objects; every object / target / attribute word is kept. Contrasts and collisions edit exactly one
-slot's words in the original instruction (its character span from frames.py) and, for contrasts, compute the
-modified goal from the edited frame (`frames.frame_atom`). Candidates come in a fixed order; variants.build_task
-keeps the first of each slot that passes validation.
+Paraphrases say the task's frames the ways people reword an instruction, each tagged with its kinds (KINDS):
+other names for the objects and places (`synonym`: "soup can"; `hypernym`: "the sauce", only where it names one
+thing of the scene), other verbs (synonyms; `move` / `get` as hypernyms), indirect speech acts (`question`: "could
+you ...?", `need`: "I need the bowl on the plate", `hint`: "the bowl belongs on the plate"), added or dropped
+modifiers (`modifier_added`: "carefully", "wooden cabinet"; `modifier_dropped`: "the bowl" for "the black bowl"),
+clauses coordinated or subordinated differently from the original (`coordination`: "pick up X and drop it in Y"
+for "put X in Y", or the reverse; `subordination`: "after you pick up X, put it in Y", "make sure the drawer is
+open", a relative clause for a locator), and `composition` when a paraphrase combines two or more of them. Recipes
+come in a fixed order, rotated per task so a suite covers every kind; variants.build_task keeps the first that are
+not duplicates and name exactly what the original names (`frames.mentions`).
+
+Contrasts and collisions edit exactly one slot's words in the original instruction (its character span from
+frames.py) and, for contrasts, compute the modified goal from the edited frame (`frames.frame_atom`). Candidates
+come in a fixed order; variants.build_task keeps the first of each slot that passes validation.
 """
 
 from __future__ import annotations
 
+import re
+import zlib
+from typing import NamedTuple
+
 from clbench_jax.errors import ClbenchError
 from clbench_jax.language import frames as F
-from clbench_jax.language.variants import Candidate
+from clbench_jax.language.kinds import KINDS
+from clbench_jax.language.kinds import structure as kinds_structure
+from clbench_jax.language.variants import Candidate, words
 from clbench_jax.tasks.spec import Atom, TaskSpec
 
-GRAMMAR_VERSION = 1
-PLACE_SYNONYMS = ("place", "put", "set", "move")
-PUSH_SYNONYMS = ("push", "slide", "shove")
-PARTICIPLE = {"place": "placed", "put": "put", "set": "set", "move": "moved", "push": "pushed", "slide": "slid",
-              "shove": "shoved"}
-STATE_SYNONYMS = {"open": ("open", "pull open"), "close": ("close", "shut"), "turnon": ("turn on", "switch on"),
-                  "turnoff": ("turn off", "switch off")}
-STATE_PARTICIPLE = {"open": "opened", "close": "closed", "turnon": "switched on", "turnoff": "switched off"}
-RELATION_ALT = {"on": ("on", "onto"), "in": ("in", "into"), "on top of": ("on top of", "onto the top of"),
-                "front of": ("in front of", "to the front of"), "right of": ("to the right of", "on the right side of"),
-                "left of": ("to the left of", "on the left side of"), "under": ("under", "beneath")}
+GRAMMAR_VERSION = 2
+PLACE_VERBS = {"synonym": ("place", "set", "drop", "stick"), "hypernym": ("move", "get")}
+PUSH_VERBS = {"synonym": ("slide", "shove", "nudge"), "hypernym": ("move",)}
+STATE_VERBS = {"open": {"synonym": ("pull open",)}, "close": {"synonym": ("shut", "push shut")},
+               "turnon": {"synonym": ("switch on", "fire up")}, "turnoff": {"synonym": ("switch off", "shut off")}}
+STATE_ADJ = {"open": "open", "close": "closed", "turnon": "on", "turnoff": "off"}
+REL_STATIC = {"on": "on", "in": "in", "on top of": "on top of", "front of": "in front of", "right of": "to the right of",
+              "left of": "to the left of", "next to": "next to", "under": "under"}
+REL_MOTION = {"on": "onto", "in": "into", "inside": "into"}
+QUESTIONS = ("could you", "can you", "would you please")
+NEEDS = ("I need", "I'd like", "I want")
+HINTS = ("belongs", "should be", "needs to be")
+ADVERBS = (("carefully", ""), ("", "gently"), ("", "right away"))  # (before, after) the imperative
 
 
 class OfflineGenerator:
@@ -51,79 +68,266 @@ def _prov(kind: str, **kw) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- paraphrases
-def _object_np(task: TaskSpec, tf: F.TaskFrames, f: F.Frame, alt: int = 0) -> str:
-    """The object's words with its attribute ('black bowl between the plate and the ramekin'); `alt` picks another
-    name of the same thing that keeps every word (e.g. 'akita black bowl')."""
-    text = tf.instruction
+class Recipe(NamedTuple):
+    template: str  # imperative | pickplace | question | need | hint | after | once
+    obj: str = "said"  # how the objects are named: said | synonym | hypernym | dropped | added
+    tgt: str = "said"  # how the places are named (same choices)
+    verb: str = "said"  # said | synonym | hypernym
+    alt: int = 0  # which question / need / hint form, or adverb (-1: none)
+
+
+# One pass covers every kind; build_task keeps the first valid ones after a per-task rotation.
+RECIPES = (
+    Recipe("question", obj="synonym", verb="synonym"),
+    Recipe("need", obj="synonym", tgt="synonym"),
+    Recipe("hint", obj="hypernym", tgt="synonym"),
+    Recipe("after", obj="dropped", tgt="synonym"),
+    Recipe("imperative", obj="hypernym", verb="hypernym", alt=-1),
+    Recipe("imperative", obj="added", tgt="added", alt=0),
+    Recipe("pickplace", obj="synonym", tgt="dropped", verb="synonym", alt=1),
+    Recipe("question", obj="hypernym", tgt="synonym", alt=1),
+    Recipe("need", obj="synonym", tgt="added", alt=1),
+    Recipe("once", obj="synonym", verb="synonym", alt=1),
+    Recipe("hint", obj="said", tgt="hypernym", alt=1),
+    Recipe("imperative", obj="synonym", verb="synonym", alt=2),
+)
+
+
+class Said(NamedTuple):
+    """One clause to say: a goal frame (or several sharing one object span: 'both moka pots')."""
+    frame: F.Frame
+    state: str | None  # the state predicate, or None for On / In
+    names: dict  # naming kind -> object phrase
+    places: dict  # naming kind -> place phrase (On / In only)
+    verb: dict  # verb kind -> verb
+    rel: str  # relation words for a motion ("into") and ...
+    rel_static: str  # ... for a result ("in")
+    plural: bool = False  # one span names several objects: "them", "are"
+
+    @property
+    def it(self) -> str:
+        return "them" if self.plural else "it"
+
+    @property
+    def is_(self) -> str:
+        return "are" if self.plural else "is"
+
+
+def _pick(options: list[str], alt: int) -> str | None:
+    return options[alt % len(options)] if options else None
+
+
+def _shorter_longer(task: TaskSpec, entity: str, said: str) -> tuple[list[str], list[str]]:
+    """The entity's unique lexicon names with a strict subset / superset of the said words (dropped / added)."""
+    lex = F.unique_names(task, entity, "lexicon")
+    w = words(said)
+    return [n for n in lex if words(n) < w], [n for n in lex if words(n) > w]
+
+
+def _place_names(task: TaskSpec, place: F.Place, said: str | None) -> dict:
+    """Naming kind -> phrases for a place (its landmark, with its part); "said" holds one phrase."""
+    lm = place.landmark
+    if not said or said == "it":
+        said = F.place_phrases(task, place)[0]
+    part = place.part
+    if part:
+        lex = [f"{part} of the {n}" for n in F.unique_names(task, lm, "lexicon")]
+        dropped = [part] if " of the " in said and F.phrase_index(task).get(part, (None,))[0] == frozenset({lm}) \
+            else []
+        return {"said": said, "synonym": [f"{part} of the {n}" for n in F.unique_names(task, lm, "synonym")],
+                "dropped": dropped, "added": [n for n in lex if words(n) > words(said)]}
+    if lm in task.objects and F.same_head(task, lm):  # "the left plate": the position word stays
+        return {"said": said}
+    shorter, longer = _shorter_longer(task, lm, said)
+    return {"said": said, "synonym": F.unique_names(task, lm, "synonym"),
+            "hypernym": F.unique_names(task, lm, "hypernym"), "dropped": shorter[::-1], "added": longer}
+
+
+def _object_names(task: TaskSpec, tf: F.TaskFrames, f: F.Frame, shared: bool) -> dict:
+    """Naming kind -> phrases for the frame's object ("said": one phrase; "locator": a look-alike's locator words,
+    which a single clause turns into a relative clause)."""
+    text, x = tf.instruction, f.atom.args[0]
+    if x in task.regions:  # a drawer / compartment / door: a place of its fixture
+        place = F.place_of_region(task, x, "in")
+        said = f.object.text if f.object.text and f.object.text != "it" else None
+        return _place_names(task, place, said) if place else {"said": said or x}
     spans = [s.span for s in (f.object, f.attribute if f.attribute_of == "object" else None) if s and s.span]
     if not spans or f.object.text in ("it", None):
-        names = F.place_phrases(task, F.place_of_region(task, f.atom.args[0], "in")) \
-            if f.atom.args[0] in task.regions else F.noun(task, f.atom.args[0]).phrases
-        return names[0]
-    np_ = text[min(s[0] for s in spans):max(s[1] for s in spans)]
-    loc = f.attribute if f.attribute_of == "object" and f.attribute.span[0] > f.object.span[1] else None
-    if loc is not None and not loc.text.startswith("from") and alt % 2 == 0:
-        np_ = np_.replace(loc.text, "that is " + loc.text)  # "the black bowl that is on the stove"
-    if alt and f.atom.args[0] in task.objects:
-        for name in F.noun(task, f.atom.args[0]).phrases:
-            if alt == 4 and f.object.text in name and name != f.object.text and name not in np_:
-                return np_.replace(f.object.text, name, 1)
-    return np_
+        return {"said": F.noun(task, x).phrases[0]}
+    said = text[min(sp[0] for sp in spans):max(sp[1] for sp in spans)]
+    if f.attribute_of == "object" or shared:
+        # look-alikes: the qualifier stays; the noun may take another name of the same look-alikes ("black dish
+        # between the plate and the ramekin")
+        index = F.phrase_index(task)
+        noun_ents = index.get(f.object.text, (None,))[0]
+        out = {"said": said, "synonym": [said.replace(f.object.text, n, 1) for n in F._names(task, x)
+                                         if F._names(task, x)[n] == "synonym" and index[n][0] == noun_ents]}
+        loc = f.attribute if f.attribute_of == "object" and f.attribute.span[0] > f.object.span[1] else None
+        if loc is not None and not loc.text.startswith("from"):
+            out["locator"] = loc.text  # said after the noun: a relative clause can carry it
+        return out
+    shorter, longer = _shorter_longer(task, x, said)
+    return {"said": said, "synonym": F.unique_names(task, x, "synonym"), "hypernym": F.unique_names(task, x, "hypernym"),
+            "dropped": shorter[::-1], "added": longer}
 
 
-def _target_np(task: TaskSpec, f: F.Frame, alt: int = 0) -> str:
-    """The target's words; with alt == 3 another name of the place that keeps them ('rack' -> 'wine rack')."""
-    names = F.place_phrases(task, F.resolve_place(task, f.atom.pred, f.atom.args[1]))
-    said = f.target.text
-    if not said or said == "it":
-        return names[0]
-    if alt == 3:
-        return next((n for n in names if said in n and n != said), said)
-    return said
-
-
-def _clause(task: TaskSpec, tf: F.TaskFrames, f: F.Frame, style: int) -> str:
-    o = _object_np(task, tf, f, alt=style)
-    if f.atom.pred in F.STATE_PREDICATES:
-        verbs = STATE_SYNONYMS[f.atom.pred]
-        v = verbs[style % len(verbs)]
-        if style == 2:
-            return f"the {o} should be {STATE_PARTICIPLE[f.atom.pred]}"
-        if style == 3 and " " in v:
-            head, part = v.split(" ", 1)
-            return f"{head} the {o} {part}"
-        return f"{v} the {o}"
-    rel = RELATION_ALT[f.relation.value][style % 2 if style != 1 else 0]
-    d = _target_np(task, f, style)
-    pushing = f.action.text == "push"
-    verbs = PUSH_SYNONYMS if pushing else PLACE_SYNONYMS
-    v = verbs[style % len(verbs)]
-    if style == 1:
-        return f"{rel} the {d}, {v} the {o}"
-    if style == 2:
-        return f"the {o} should be {PARTICIPLE[v]} {rel} the {d}"
-    if style == 3 and not pushing:
-        return f"take the {o} and {v} it {rel} the {d}"
-    return f"{v} the {o} {rel} the {d}"
+def _clauses(task: TaskSpec, tf: F.TaskFrames) -> list[Said]:
+    """The said frames in the order the instruction says them, merged where they share an object span."""
+    said = sorted([f for f in tf.frames if not f.implicit], key=_said_at)
+    out, seen = [], set()
+    for f in said:
+        key = f.object.span if f.object is not None else None
+        shared = key is not None and sum(g.object.span == key for g in said if g.object is not None) > 1
+        if shared and key in seen:
+            continue
+        seen.add(key)
+        a = f.atom
+        if a.pred in F.STATE_PREDICATES:
+            said_verb = f.action.text or F.STATE_PREDICATES[a.pred]
+            verbs = {"said": said_verb, **{k: v[0] for k, v in STATE_VERBS[a.pred].items()}}
+            out.append(Said(f, a.pred, _object_names(task, tf, f, shared), {}, verbs, "", "", shared))
+            continue
+        pushing = f.action.text == "push"
+        table = PUSH_VERBS if pushing else PLACE_VERBS
+        said_verb = "push" if pushing else ("place" if f.action.text in (None, "pick up") else f.action.text)
+        verbs = {"said": said_verb, **{k: v for k, v in table.items()}}
+        place = F.resolve_place(task, a.pred, a.args[1])
+        rel_said = f.relation.text if f.relation is not None and f.relation.text else None
+        static = {"into": "in", "inside": "in", "onto": "on"}.get(rel_said, rel_said) or REL_STATIC[place.relation]
+        if place.relation in ("front of", "right of", "left of") and rel_said:
+            static = REL_STATIC[place.relation]
+        motion = rel_said or REL_MOTION.get(place.relation, REL_STATIC[place.relation])
+        out.append(Said(f, None, _object_names(task, tf, f, shared),
+                        _place_names(task, place, f.target.text if f.target else None), verbs, motion, static,
+                        shared))
+    return out
 
 
 def _said_at(f: F.Frame) -> int:
     return min([s.span[0] for s in (f.action, f.object, f.target) if s is not None and s.span] or [10 ** 6])
 
 
-def paraphrases(task: TaskSpec, tf: F.TaskFrames, n_styles: int = 8) -> list[Candidate]:
-    # sub-goals in the order the instruction says them ("put the bowl in the drawer and close it")
-    said = sorted([f for f in tf.frames if not f.implicit], key=_said_at)
-    joins = (" and ", ", then ", " and then ", ", and ")
+def _name(options: dict, kind: str, alt: int, kinds: set) -> str:
+    """A phrase of the wanted naming kind (recording its kind; `alt` picks among several), else the said one."""
+    said = options["said"]
+    names = [n for n in options.get(kind, ()) if n != said] if kind != "said" else []
+    if not names:
+        return said
+    kinds.add(NAME_TAGS[kind])
+    return names[alt % len(names)]
+
+
+NAME_TAGS = {"synonym": "synonym", "hypernym": "hypernym", "dropped": "modifier_dropped", "added": "modifier_added"}
+
+
+def _verb(c: Said, kind: str, alt: int, kinds: set) -> str:
+    said = c.verb["said"]
+    v = c.verb.get(kind)
+    options = [x for x in ((v,) if isinstance(v, str) else v or ()) if x != said]
+    if kind == "said" or not options:
+        return said
+    kinds.add(kind)
+    return options[alt % len(options)]
+
+
+def _with_it(verb: str, it: str = "it") -> str:
+    """'switch on' -> 'switch it on' (a phrasal verb's particle after the pronoun)."""
+    head, _, particle = verb.partition(" ")
+    return f"{head} {it} {particle}" if particle else f"{verb} {it}"
+
+
+def _imperative(c: Said, o: str, t: str, v: str) -> str:
+    if c.state:
+        if " " in v and v.split()[0] in ("turn", "switch") and len(o.split()) == 1:
+            head, particle = v.split(" ", 1)  # "switch the stove on"
+            return f"{head} the {o} {particle}"
+        return f"{v} the {o}"
+    return f"{v} the {o} {c.rel} the {t}"
+
+
+def _result(c: Said, o: str, t: str, copula: str = "") -> str:
+    """'the bowl on the plate' / 'the drawer open' (with a copula: 'the bowl is on the plate')."""
+    cop = f" {copula}" if copula else ""
+    if c.state:
+        return f"the {o}{cop} {STATE_ADJ[c.state]}"
+    return f"the {o}{cop} {c.rel_static} the {t}"
+
+
+def _render(recipe: Recipe, clauses: list[Said], original: str) -> tuple[str, set]:
+    """One paraphrase of the task and its kinds."""
+    kinds: set = set()
+    named = []
+    for c in clauses:
+        o = _name(c.names, recipe.obj, max(recipe.alt, 0), kinds)
+        if "locator" in c.names and recipe.template not in ("pickplace", "after", "once"):
+            # "put the black bowl that is next to the ramekin on the plate": one reading of the attachment
+            o = o.replace(c.names["locator"], "that is " + c.names["locator"], 1)
+            kinds.add("subordination")
+        t = _name(c.places, recipe.tgt, max(recipe.alt, 0), kinds) if c.places else ""
+        named.append((c, o, t))
+    tpl, alt = recipe.template, recipe.alt
+    imps = lambda cs: [_imperative(c, o, t, _verb(c, recipe.verb, alt, kinds)) for c, o, t in cs]  # noqa: E731
+    join = (lambda xs: ", then ".join(xs) if alt % 2 else " and ".join(xs))  # noqa: E731
+    if tpl == "imperative":
+        text = join(imps(named))
+        if alt >= 0:
+            before, after = ADVERBS[alt % len(ADVERBS)]
+            text = " ".join(x for x in (before, text, after) if x)
+            kinds.add("modifier_added")
+    elif tpl == "question":
+        text = f"{QUESTIONS[alt % len(QUESTIONS)]} {join(imps(named))}?"
+        kinds.add("question")
+    elif tpl == "need":
+        text = f"{NEEDS[alt % len(NEEDS)]} " + " and ".join(_result(c, o, t) for c, o, t in named)
+        kinds.add("need")
+    elif tpl == "hint":
+        parts = []
+        for c, o, t in named:
+            aux = HINTS[alt % len(HINTS)]
+            aux = "should be" if c.state and aux == "belongs" else aux
+            if c.plural:
+                aux = {"belongs": "belong", "needs to be": "need to be"}.get(aux, aux)
+            parts.append(_result(c, o, t, aux))
+        text = ", and ".join(parts)
+        kinds.add("hint")
+    elif tpl == "pickplace":
+        text = join([f"pick up the {o} and {_verb(c, recipe.verb, alt, kinds)} {c.it} {c.rel} the {t}"
+                     if not c.state else f"find the {o} and {_with_it(_verb(c, recipe.verb, alt, kinds), c.it)}"
+                     for c, o, t in named])
+    else:  # after / once: subordinate the first step
+        c, o, t = named[0]
+        if len(named) > 1:
+            conj = "once" if tpl == "once" else "after"
+            text = f"{conj} {_result(c, o, t, c.is_)}, " + join(imps(named[1:]))
+        elif c.state:
+            text = ("make sure " if tpl == "after" else "see to it that ") + _result(c, o, t, c.is_)
+        else:
+            lead = "after you pick up" if tpl == "after" else "once you have"
+            text = f"{lead} the {o}, {_verb(c, recipe.verb, alt, kinds)} {c.it} {c.rel} the {t}"
+        kinds.add("subordination")
+    # coordination: the action clauses are joined differently from the original's (kinds.structure counts them);
+    # subordinated steps are subordination, not coordination
+    if tpl not in ("after", "once") and kinds_structure(text) != kinds_structure(original):
+        kinds.add("coordination")
+    if len(kinds) > 1:
+        kinds.add("composition")
+    return text, kinds
+
+
+def paraphrases(task: TaskSpec, tf: F.TaskFrames) -> list[Candidate]:
+    """Every recipe's paraphrase, in RECIPES order rotated by the task (so a suite's kept five cover every kind),
+    tagged with its kinds; recipes that change nothing are skipped."""
+    clauses = _clauses(task, tf)
+    start = zlib.crc32(task.name.encode()) % len(RECIPES)
     out = []
-    for style in range(n_styles):
-        # a fronted target ("on the plate, put ...") only opens a sentence
-        parts = [_clause(task, tf, f, s if k == 0 or s != 1 else 0)
-                 for k, f in enumerate(said) for s in [(style + k) % 5]]
-        text = parts[0] if len(parts) == 1 else joins[style % len(joins)].join(parts)
-        if style >= 5:
-            text = "please " + text
-        out.append(Candidate("paraphrase", text, provenance=_prov("paraphrase", style=style)))
+    for i in range(len(RECIPES)):
+        r = RECIPES[(start + i) % len(RECIPES)]
+        text, kinds = _render(r, clauses, tf.instruction)
+        if not kinds:
+            continue
+        tagged = tuple(k for k in KINDS if k in kinds)
+        out.append(Candidate("paraphrase", text, kinds=tagged,
+                             provenance=_prov("paraphrase", recipe=r._asdict(), kinds=list(tagged))))
     return out
 
 

@@ -1,16 +1,24 @@
 """Instruction variants: schema, deterministic validation, the versioned JSON file, and the coverage report.
 
-Four conditions (seed 000): the original instruction; paraphrases (every slot kept, original goal); one-slot minimal
-contrasts (a modified goal, written as a goal table over the scene's entities); incompatible collisions (one slot
-changed to an absent entity or an unsupported predicate: no goal). Generators (offline.py, llm.py) propose
+Four conditions of seed 000: the original instruction; paraphrases (every slot kept, original goal); one-slot
+minimal contrasts (a modified goal, written as a goal table over the scene's entities); incompatible collisions (one
+slot changed to an absent entity or an unsupported predicate: no goal). Two faces of seed 004 (language/faces.py,
+proposed for every task whatever the generator): swaps (the object renamed to another object of the scene, a
+modified goal) and nonsense (a string that names nothing; original goal). Generators (offline.py, llm.py) propose
 `Candidate`s; everything here is deterministic and decides what is kept:
 
-- paraphrase: not a normalized duplicate of the original or of a kept paraphrase; offline ones keep the slot words.
-- contrast: its entities exist in the task's inventory, its predicates are supported (and by the entity: a stove
-  has no Open), it differs from the original goal, it compiles to a goal table of the scene, and it does not
-  already hold at reset (checked on `n_reset` settled initial states).
+- paraphrase: not a normalized duplicate of the original or of a kept paraphrase; offline ones name exactly what
+  the original names (`frames.mentions`: the same entities and parts, each unambiguously); tagged with its kinds
+  (the generator's, else read off the text by `kinds.tag_kinds`).
+- contrast / swap: its entities exist in the task's inventory, its predicates are supported (and by the entity: a
+  stove has no Open), it differs from the original goal, it compiles to a goal table of the scene, and it does not
+  already hold at reset (checked on `n_reset` settled initial states). One that a nudge of the reset state meets
+  (an articulated joint moved by NUDGE: `Close` needs q > 0 where drawers rest at q = 0) is kept but flagged
+  `trivial` (reported apart from GSA).
 - collision: statically proven incompatible (absent entity / unsupported predicate) -> verified; otherwise kept as
   an unverified probe, outside the validated aggregate.
+- nonsense: none of its words is part of an object or place name the benchmark knows (lexicon, synonyms, hypernyms,
+  the task's categories).
 A task-slot pair with no kept contrast is listed as unavailable, with the reasons.
 """
 
@@ -28,12 +36,14 @@ import numpy as np
 from clbench_jax.errors import ClbenchError, DataFileError
 from clbench_jax.jsonio import read_versioned, write_json
 from clbench_jax.language import frames as F
+from clbench_jax.language.kinds import tag_kinds
 from clbench_jax.tasks.adapter import SUPPORTED_GOAL_PREDICATES, check_goal, parse_goal_text
 from clbench_jax.tasks.spec import Atom, TaskSpec
 
 FORMAT = "clbench-variants"
-VERSION = 1
-CONDITIONS = ("original", "paraphrase", "contrast", "collision")
+VERSION = 2  # 2: swap / nonsense conditions, paraphrase kinds, trivial contrasts; version-1 files still read
+CONDITIONS = ("original", "paraphrase", "contrast", "collision", "swap", "nonsense")
+NUDGE = 0.01  # how far an articulated joint is moved from its reset value by the trivial-reachability check
 N_PARAPHRASES = 5
 QUALIFIERS = frozenset({"red", "green", "blue", "purple", "orange", "black", "white", "yellow", "left", "right",
                         "front", "back", "middle", "top", "bottom"})
@@ -54,6 +64,7 @@ class Candidate:
     absent_kind: str | None = None         # "entity" | "predicate"
     provenance: dict = field(default_factory=dict)
     rejected: str | None = None            # the generator already knows it is unusable (bad JSON, no option)
+    kinds: tuple[str, ...] = ()            # paraphrase: the kinds of rewording (offline.KINDS)
 
 
 class Generator(Protocol):
@@ -78,6 +89,8 @@ class Variant:
     reasons: tuple[str, ...] = ()
     probe: str | None = None                          # collisions: "verified" | "unverified"
     provenance: dict = field(default_factory=dict)
+    kinds: tuple[str, ...] = ()                       # paraphrases: kinds of rewording
+    trivial: bool = False                             # contrast / swap: a nudge of the reset state meets the goal
 
 
 @dataclass(frozen=True)
@@ -100,16 +113,6 @@ def normalize(text: str) -> str:
 
 def words(text: str) -> set[str]:
     return set(normalize(text).split())
-
-
-def slot_words(tf: F.TaskFrames) -> set[str]:
-    """Content words of the object, target and attribute slots a paraphrase must keep."""
-    out: set[str] = set()
-    for f in tf.frames:
-        for s in (f.object, f.target, f.attribute):
-            if s is not None and s.text:
-                out |= words(s.text)
-    return out - _STOP
 
 
 # ------------------------------------------------------------------------------------------- static checks
@@ -142,7 +145,7 @@ def _entity_match(task: TaskSpec, term: str) -> str:
     return "maybe" if maybe else "no"
 
 
-def _known_vocabulary() -> set[str]:
+def known_vocabulary() -> set[str]:
     vocab = set()
     for n in F.LEXICON.values():
         for p in n.phrases:
@@ -160,7 +163,7 @@ def prove_incompatible(task: TaskSpec, kind: str | None, term: str | None) -> tu
             return "rejected", f"{term!r} names something in the scene"
         if match == "maybe":
             return "unverified", f"{term!r} may name a scene object whose colour is not modelled"
-        if (words(term) - _STOP - QUALIFIERS) <= _known_vocabulary():
+        if (words(term) - _STOP - QUALIFIERS) <= known_vocabulary():
             return "verified", f"no entity of the task matches {term!r}"
         return "unverified", f"{term!r} is outside the known vocabulary: absence not provable"
     t = normalize(term)
@@ -196,6 +199,20 @@ class ResetCheck:
     def held(self, ta) -> np.ndarray:
         """(n,) bool: the TaskArrays' goal holds in each initial state."""
         return np.asarray(_held(self.consts, self.sens, self.sens[:, self.scene.sensors.pair_found], ta))
+
+    def nudged(self, ta) -> str | None:
+        """Is the goal met once one articulated joint moves by +-NUDGE from its reset value (a drawer pushed in by
+        a centimetre meets LIBERO's Close, q > 0)? -> what nudge does it, or None."""
+        idx = np.asarray(self.consts.sens_joint_q)
+        n, found = len(self.sens), self.sens[:, self.scene.sensors.pair_found]
+        for k, name in enumerate(self.scene.joints):
+            for sign in (1.0, -1.0):
+                sens = self.sens.copy()
+                sens[:, idx[k]] += sign * NUDGE
+                held = np.asarray(_held(self.consts, sens, found, ta))
+                if held.any():
+                    return f"joint {name} {sign * NUDGE:+g} from reset meets it in {int(held.sum())}/{n} states"
+        return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -246,6 +263,9 @@ def validate_contrast(task: TaskSpec, goal: tuple[Atom, ...], reset: ResetCheck 
     held = reset.held(ta)
     checks["not_at_reset"] = "pass" if not held.any() else \
         f"fail: already satisfied in {int(held.sum())}/{len(held)} initial states"
+    if not held.any():
+        nudge = reset.nudged(ta)
+        checks["not_trivial"] = "pass" if nudge is None else f"trivial: {nudge}"
     g = ta.goal
     rows = [[int(g.pred[r]), int(g.a[r]), int(g.b[r])] for r in range(len(g.pred)) if g.valid[r]]
     return checks, {"scene": reset.scene.key, "rows": rows}
@@ -269,7 +289,7 @@ def build_task(task: TaskSpec, index: int, cands: list[Candidate], reset: ResetC
         out[0] = Variant(**{**asdict(out[0]), "goal_table": {"scene": reset.scene.key, "rows": [
             [int(g.pred[r]), int(g.a[r]), int(g.b[r])] for r in range(len(g.pred)) if g.valid[r]]}})
     seen = {normalize(task.instruction)}
-    need_words = slot_words(tf)
+    names = F.mentions(task, task.instruction)
     n_para = 0
     for c in [c for c in cands if c.condition == "paraphrase"]:
         checks = {}
@@ -280,15 +300,15 @@ def build_task(task: TaskSpec, index: int, cands: list[Candidate], reset: ResetC
         else:
             checks["redundancy"] = "fail: normalized duplicate" if normalize(c.text) in seen else "pass"
             if generator == "offline":
-                missing = need_words - words(c.text)
-                checks["slot_words"] = f"fail: drops {sorted(missing)}" if missing else "pass"
+                checks["referents"] = _same_referents(task, names, c.text)
         ok = not _failed(checks)
         if ok:
             seen.add(normalize(c.text))
             n_para += 1
+        kinds = tuple(c.kinds) or (tag_kinds(task, task.instruction, c.text) if ok else ())  # LLM: read them
         out.append(Variant(f"{key}/paraphrase/{len([v for v in out if v.condition == 'paraphrase'])}",
                            "paraphrase", c.text, ok, goal=atoms_tuple(task.goal) if ok else None,
-                           checks=checks, reasons=tuple(_failed(checks)), provenance=c.provenance))
+                           checks=checks, reasons=tuple(_failed(checks)), provenance=c.provenance, kinds=kinds))
     unavailable = []
     for slot in F.SLOTS:
         kept, reasons = False, []
@@ -316,8 +336,7 @@ def build_task(task: TaskSpec, index: int, cands: list[Candidate], reset: ResetC
             reasons += mine
             out.append(Variant(f"{key}/contrast/{slot}/{i}", "contrast", c.text, ok, slot=slot, frame=c.frame,
                                goal=goal, goal_table=table if ok else None, checks=checks,
-                               reasons=tuple(mine),
-                               provenance=c.provenance))
+                               reasons=tuple(mine), provenance=c.provenance, trivial=ok and _trivial(checks)))
         if not kept:
             unavailable.append({"slot": slot, "reasons": reasons or ["no candidate proposed"]})
         kept = False
@@ -338,9 +357,49 @@ def build_task(task: TaskSpec, index: int, cands: list[Candidate], reset: ResetC
                                slot=slot, frame=c.frame, checks={"incompatible": status},
                                reasons=() if kept else (why,),
                                probe=verdict if verdict != "rejected" else None, provenance=c.provenance))
+    out += face_variants(task, tf, key, reset)
     frames = tuple(frame_dict(f) for f in tf.frames)
     return TaskVariants(task.name, index, task.instruction, atoms_tuple(task.goal), frames, tuple(out),
                         tuple(unavailable), error)
+
+
+def _trivial(checks: dict) -> bool:
+    return checks.get("not_trivial", "").startswith("trivial")
+
+
+def _same_referents(task: TaskSpec, names: set, text: str) -> str:
+    """ "pass" when `text` names exactly what the original names (frames.mentions), else why not."""
+    got = F.mentions(task, text)
+    if got == names:
+        return "pass"
+    show = lambda ms: sorted("/".join(sorted(e)) + (f" ({p})" if p else "") for e, p in ms)  # noqa: E731
+    return f"fail: names {show(got - names) or 'nothing new'}, drops {show(names - got) or 'nothing'}"
+
+
+def face_variants(task: TaskSpec, tf: F.TaskFrames, key: str, reset: ResetCheck | None) -> list[Variant]:
+    """Seed 004's swap and nonsense faces of a task (language/faces.py), validated: every swap that passes the
+    contrast checks is kept; a nonsense string is kept when it names nothing."""
+    from clbench_jax.language import faces
+
+    out = []
+    for i, sw in enumerate(faces.swaps(task, tf)):
+        checks, table = validate_contrast(task, sw.goal, reset)
+        ok = not _failed(checks) and table is not None
+        why = _failed(checks) + [f"{k}: {v}" for k, v in checks.items() if v.startswith("skipped")]
+        out.append(Variant(f"{key}/swap/object/{i}", "swap", sw.text, ok, slot="object", frame=sw.frame,
+                           goal=atoms_tuple(sw.goal), goal_table=table if ok else None, checks=checks,
+                           reasons=tuple(why), provenance={"generator": "faces", "entity": sw.entity},
+                           trivial=ok and _trivial(checks)))
+    vocab = known_vocabulary() | {w for t in (F.SYNONYMS, F.HYPERNYMS) for ps in t.values() for p in ps
+                                  for w in words(p)} | {w for e in list(task.objects) + list(task.fixtures)
+                                                        for w in (task.category(e) or "").split("_")}
+    for i, text in enumerate(faces.NONSENSE):
+        hit = sorted((words(text) - _STOP) & vocab)
+        checks = {"names_nothing": "pass" if not hit else f"fail: names {hit}"}
+        out.append(Variant(f"{key}/nonsense/{i}", "nonsense", text, not hit, goal=atoms_tuple(task.goal) if not hit
+                           else None, checks=checks, reasons=tuple(_failed(checks)),
+                           provenance={"generator": "faces"}))
+    return out
 
 
 def frame_dict(f: F.Frame) -> dict:
@@ -381,6 +440,8 @@ def build_suite(suite: str, generator: Generator, *, n_reset: int = 4, seed: int
         try:
             cands = generator.propose(t, tf)
         except ClbenchError as e:  # e.g. the LLM server kept failing: this task's request fails, the rest go on
+            if getattr(e, "stop_build", False):  # ... unless no request can succeed (unreachable, unauthorised)
+                raise
             cands, error = [], str(e)
         reset = ResetCheck(scenes[t.scene], t, n_reset, seed) if check_reset and error is None else None
         out.append(build_task(t, i, cands, reset, generator=generator.name, error=error))
@@ -406,7 +467,7 @@ def write_variants(path: str | Path, doc: dict) -> None:
 
 def read_variants(path: str | Path) -> dict:
     """Load and check a variant file's format, version and required fields."""
-    doc = read_versioned(path, "variant file", FORMAT, VERSION, ("suite", "generator", "tasks"))
+    doc = read_versioned(path, "variant file", FORMAT, (1, VERSION), ("suite", "generator", "tasks"))
     for t in doc["tasks"]:
         for key in ("task", "index", "instruction", "goal", "variants", "unavailable"):
             if key not in t:
@@ -415,7 +476,7 @@ def read_variants(path: str | Path) -> dict:
             if v.get("condition") not in CONDITIONS:
                 raise DataFileError("unknown condition", file=str(path), task=t["task"], field="condition",
                                     token=str(v.get("condition")))
-            if v["condition"] == "contrast" and v.get("retained") and not v.get("goal_table"):
+            if v["condition"] in ("contrast", "swap") and v.get("retained") and not v.get("goal_table"):
                 raise DataFileError("a retained contrast needs its goal table", file=str(path), task=t["task"],
                                     field=f"variants[{v.get('id')}].goal_table")
     return doc
@@ -441,17 +502,21 @@ def audited_goals(task_entry: dict) -> list[tuple[tuple[str, ...], ...]]:
 
 # ------------------------------------------------------------------------------------------- coverage
 def coverage(doc: dict) -> dict:
-    """Per condition: retained / excluded counts (collisions: verified retained, unverified probes apart), and per
-    slot the number of tasks with no kept contrast."""
+    """Per condition: retained / excluded counts (collisions: verified retained, unverified probes apart; contrasts
+    and swaps: how many of the retained are trivially reachable), and per slot the number of tasks with no kept
+    contrast."""
     cov = {c: {"retained": 0, "excluded": 0} for c in CONDITIONS}
     cov["collision"]["unverified"] = 0
+    cov["contrast"]["trivial"] = cov["swap"]["trivial"] = 0
     slots = {s: {"contrast": 0, "collision": 0, "unavailable": 0} for s in F.SLOTS}
     for t in doc["tasks"]:
         for v in t["variants"]:
             c = cov[v["condition"]]
             if v["retained"]:
                 c["retained"] += 1
-                if v.get("slot"):
+                if "trivial" in c:
+                    c["trivial"] += bool(v.get("trivial"))
+                if v.get("slot") and v["condition"] in ("contrast", "collision"):
                     slots[v["slot"]][v["condition"]] += 1
             elif v.get("probe") == "unverified":
                 c["unverified"] += 1
@@ -465,12 +530,15 @@ def coverage(doc: dict) -> dict:
 
 def coverage_table(covs: list[dict]) -> str:
     """Markdown table: retained / excluded per condition and suite."""
-    head = "| suite | tasks | " + " | ".join(f"{c} kept / excl." for c in CONDITIONS) + " | unverified probes |"
-    rows = [head, "|" + "---|" * (len(CONDITIONS) + 3)]
+    conds = [k for k in CONDITIONS if any(k in cv["conditions"] for cv in covs)]
+    head = "| suite | tasks | " + " | ".join(f"{c} kept / excl." for c in conds) + \
+        " | unverified probes | trivial contrasts |"
+    rows = [head, "|" + "---|" * (len(conds) + 4)]
     for cv in covs:
         c = cv["conditions"]
         rows.append(f"| {cv['suite']} | {cv['tasks']} | " + " | ".join(
-            f"{c[k]['retained']} / {c[k]['excluded']}" for k in CONDITIONS) + f" | {c['collision']['unverified']} |")
+            f"{c[k]['retained']} / {c[k]['excluded']}" if k in c else "-" for k in conds)
+            + f" | {c['collision']['unverified']} | {c['contrast'].get('trivial', '-')} |")
     return "\n".join(rows)
 
 
@@ -492,7 +560,7 @@ def plot_coverage(covs: list[dict], out: str | Path) -> None:
         ax.bar(x, excl, bottom=np.add(kept, probe), color="#c8553d", label="excluded")
         for xi, k, p, e in zip(x, kept, probe, excl):
             ax.text(xi, k + p + e + 0.5, f"{k}/{k + p + e}", ha="center", fontsize=7)
-        ax.set_xticks(x, ["original", "paraphrase", "contrast", "collision"], fontsize=7)
+        ax.set_xticks(x, CONDITIONS, fontsize=7, rotation=30)
         ax.set_title(f"{cv['suite']} ({cv['tasks']} tasks)", fontsize=9)
     axes[0][0].set_ylabel("variants")
     top = max(sum(c[k] for k in ("retained", "excluded", "unverified") if k in c)

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from clbench_jax.errors import ClbenchError
+from clbench_jax.configs import at_least, check_ranges, one_of, typed_values
+from clbench_jax.errors import ConfigError
 
 POLICIES = ("bc_transformer", "bc_rnn", "bc_vilt")
 
@@ -54,38 +55,55 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def _check(cfg: TrainConfig, where: str | None) -> TrainConfig:
-    bad = [(f, v) for f, v, ok in (
-        ("obs", cfg.obs, cfg.obs in ("state", "rgb")),
-        ("policy", cfg.policy, cfg.policy in POLICIES),
-        ("lang", cfg.lang, cfg.lang in ("minilm", "onehot")),
-        ("missing_demos", cfg.missing_demos, cfg.missing_demos in ("error", "skip")),
-        ("epochs", cfg.epochs, cfg.epochs >= 0),
-        ("eval_every", cfg.eval_every, cfg.eval_every >= 1),
-        ("n_eval", cfg.n_eval, cfg.n_eval >= 1),
-        ("batch_size", cfg.batch_size, cfg.batch_size >= 1),
-        ("n_tasks", cfg.n_tasks, cfg.n_tasks is None or cfg.n_tasks >= 1),
-    ) if not ok]
-    if bad:
-        f, v = bad[0]
-        raise ClbenchError(f"bad value {v!r}", file=where, field=f)
+POLICY_CONFIGS = {"bc_transformer": "BCTransformerConfig", "bc_rnn": "BCRNNConfig", "bc_vilt": "BCViLTConfig"}
+
+
+def _rules() -> list:
+    from clbench_jax.algos import ALGORITHMS
+    from clbench_jax.tasks.spec import SUITES
+
+    return [one_of("suite", SUITES), one_of("algo", sorted(ALGORITHMS)), one_of("policy", POLICIES),
+            one_of("obs", ("state", "rgb")), one_of("lang", ("minilm", "onehot")),
+            one_of("missing_demos", ("error", "skip")), one_of("backend", ("native", "mjx")),
+            at_least("seed", 0), at_least("eval_seed", 0), at_least("n_tasks", 1, optional=True),
+            at_least("epochs", 0), at_least("eval_every", 1), at_least("n_eval", 1), at_least("horizon", 1),
+            at_least("warmup", 0), at_least("batch_size", 1), at_least("max_batches", 1, optional=True),
+            ("lr", lambda c: c.lr > 0, "> 0"), at_least("end_lr", 0.0), at_least("weight_decay", 0.0),
+            ("grad_clip", lambda c: c.grad_clip > 0, "> 0"), ("gmm_min_std", lambda c: c.gmm_min_std > 0, "> 0"),
+            at_least("image_size", 8), ("demos_dir", lambda c: bool(c.demos_dir), "a folder")]
+
+
+def make_config(values: dict[str, Any], where: str | None = None, prefix: str = "") -> TrainConfig:
+    """A checked TrainConfig: types, ranges, the suite, task order and task names, the policy's and the
+    algorithm's keyword arguments. Errors name the file `where` and the field (under `prefix`, e.g. "train.")."""
+    from clbench_jax.algos import make_algorithm
+    from clbench_jax.errors import ClbenchError
+    from clbench_jax.policies import bc
+    from clbench_jax.tasks.suites import suite_tasks, task_order
+
+    cfg = TrainConfig(**typed_values(TrainConfig, values, file=where, prefix=prefix))
+    check_ranges(cfg, _rules(), file=where, prefix=prefix)
+    names = [t.name for t in suite_tasks(cfg.suite)]
+    if cfg.tasks is not None:
+        bad = [n for n in cfg.tasks if n not in names]
+        if bad or not cfg.tasks:
+            raise ConfigError(f"task {bad[0]!r} is not in suite {cfg.suite!r}" if bad else "must name a task",
+                              file=where, field=f"{prefix}tasks")
+    else:
+        try:
+            task_order(cfg.suite, cfg.order)
+        except ClbenchError as e:
+            raise ConfigError(str(e), file=where, field=f"{prefix}order") from None
+    if cfg.n_tasks is not None and cfg.n_tasks > len(cfg.tasks or names):
+        raise ConfigError(f"must be at most {len(cfg.tasks or names)} (the tasks of {cfg.suite}), not {cfg.n_tasks}",
+                          file=where, field=f"{prefix}n_tasks")
+    typed_values(getattr(bc, POLICY_CONFIGS[cfg.policy]), cfg.policy_kwargs, file=where,
+                 prefix=f"{prefix}policy_kwargs.")
+    try:
+        make_algorithm(cfg.algo, **cfg.algo_kwargs)
+    except ClbenchError as e:
+        raise ConfigError(str(e), file=where, field=f"{prefix}algo_kwargs") from None
     return cfg
-
-
-def make_config(values: dict[str, Any], where: str | None = None) -> TrainConfig:
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ClbenchError(f"unknown config key(s) {unknown}; known: {sorted(names)}", file=where, field=unknown[0])
-    if values.get("tasks") is not None:
-        from clbench_jax.tasks.suites import suite_tasks
-        known = {t.name for t in suite_tasks(values.get("suite", TrainConfig.suite))}
-        bad = [n for n in values["tasks"] if n not in known]
-        if bad:
-            raise ClbenchError(f"task {bad[0]!r} is not in suite {values.get('suite', TrainConfig.suite)!r}",
-                               file=where, field="tasks")
-        values = dict(values, tasks=tuple(values["tasks"]))
-    return _check(TrainConfig(**values), where)
 
 
 def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
@@ -95,9 +113,9 @@ def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
         with open(where) as f:
             values = yaml.safe_load(f) or {}
     except (OSError, yaml.YAMLError) as e:
-        raise ClbenchError(f"cannot read config: {e}", file=where) from e
+        raise ConfigError(f"cannot read config: {e}", file=where) from None
     if not isinstance(values, dict):
-        raise ClbenchError("a config file must hold a mapping", file=where)
+        raise ConfigError("a config file must hold a mapping", file=where)
     return values
 
 
@@ -105,6 +123,9 @@ def load_config(path: str | os.PathLike | None = None, **overrides) -> TrainConf
     """YAML file (optional) then keyword overrides (None values are ignored, so CLI flags left unset do not win)."""
     where = None if path is None else os.fspath(path)
     values = {} if where is None else read_yaml_mapping(where)
+    if {"methods", "grid", "train"} & set(values):
+        raise ConfigError("this is a run config (methods, train, grid ...): run it with `clbench run FILE`",
+                          file=where, field=sorted({"methods", "grid", "train"} & set(values))[0])
     values.update({k: v for k, v in overrides.items() if v is not None})
     return make_config(values, where)
 

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from clbench_jax.errors import ClbenchError, DataFileError
+from clbench_jax.errors import ClbenchError, DataFileError, TrainingError
 from clbench_jax.jsonio import write_json, write_text
 from clbench_jax.lifelong.config import TrainConfig, dump_config
 from clbench_jax.lifelong.data import concat_batches, has_demos, open_dataset, policy_batch
@@ -142,22 +142,36 @@ class Evaluator:
         return out
 
 
-def _check_config(out_dir: str, cfg: TrainConfig) -> None:
-    """A results folder belongs to one config: write it, or refuse to resume under a different one."""
+def _config_to_write(out_dir: str, cfg: TrainConfig) -> str | None:
+    """A results folder belongs to one config: the text of config.yaml to write (None: the folder already holds
+    this config). A folder holding another config is refused once a stage has finished there; before that
+    (a start that failed) nothing would be lost, so the new config replaces it."""
     import yaml
 
     path = os.path.join(out_dir, "config.yaml")
-    if os.path.exists(path):
+    text = dump_config(cfg)
+    if not os.path.exists(path):
+        return text
+    try:
         with open(path) as f:
             old = yaml.safe_load(f) or {}
-        new = yaml.safe_load(dump_config(cfg))
-        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        if diff:
-            raise ClbenchError(f"results folder holds a run with a different config ({diff[0]}: "
-                               f"{old.get(diff[0])!r} != {new.get(diff[0])!r}); use another --out",
-                               file=path, field=diff[0])
-        return
-    write_text(path, dump_config(cfg))
+    except (OSError, yaml.YAMLError) as e:
+        raise ClbenchError(f"cannot read the folder's config ({e}); use another --out", file=path) from None
+    new = yaml.safe_load(text)
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if not diff:
+        return None
+    if finished_stages(out_dir):
+        raise ClbenchError(f"results folder holds a run with a different config ({diff[0]}: "
+                           f"{old.get(diff[0])!r} != {new.get(diff[0])!r}); use another --out",
+                           file=path, field=diff[0])
+    return text
+
+
+def finished_stages(out_dir) -> list[int]:
+    """Finished stages of a lifelong run folder (its orbax step folders)."""
+    ck = os.path.join(os.fspath(out_dir), "checkpoints")
+    return sorted(int(p) for p in os.listdir(ck) if p.isdigit()) if os.path.isdir(ck) else []
 
 
 def success_matrix(rows: list[list[float]]) -> np.ndarray:
@@ -200,8 +214,11 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
     from clbench_jax.algos.train import OptimConfig, cosine_lr, make_loss_grad, make_optimizer, make_train_step
     from clbench_jax.lifelong.checkpoints import StageCheckpoints
 
-    os.makedirs(out_dir, exist_ok=True)
-    _check_config(out_dir, cfg)
+    from clbench_jax.jsonio import check_writable
+
+    # Everything is checked before the folder is written: a failed start leaves nothing that blocks the rerun.
+    check_writable(out_dir, folder=True, field="out")
+    config_text = _config_to_write(out_dir, cfg)
     tasks = run_tasks(cfg)
     n_tasks = len(tasks)
     policy = make_policy(cfg)
@@ -231,6 +248,9 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
     params = policy.init(derive_key(root, "init"),
                          policy_batch(datasets[first].gather(np.arange(1)), langs[train_groups[first]], cfg.obs))
     state = algo.init(params, n_tasks)
+    os.makedirs(out_dir, exist_ok=True)
+    if config_text is not None:
+        write_text(os.path.join(out_dir, "config.yaml"), config_text)
     ocfg = OptimConfig(cfg.lr, cfg.end_lr, cfg.weight_decay, cfg.grad_clip)
     optimizer = make_optimizer(ocfg)
     opt_state = optimizer.init(params)
@@ -275,6 +295,11 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
                     params, opt_state, info = step(params, opt_state, state, b, jax.random.fold_in(key, i), lr)
                     total, nb = total + info["loss"], nb + 1
                 losses.append(float(total) / max(nb, 1))
+                if not np.isfinite(losses[-1]):
+                    names = ", ".join(tasks[k].name for k in train_groups[s])
+                    raise TrainingError(f"training loss is {losses[-1]} at stage {s} ({tag}), epoch {epoch}: "
+                                        "training diverged; check the demos for extreme values or lower lr",
+                                        file=out_dir, task=names, field="lr")
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
             if epoch % cfg.eval_every == 0:
                 succ = float(evaluate(params, state, groups[s]).mean())
@@ -291,7 +316,15 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
     start = 0
     latest = ckpt.latest()
     if latest is not None:
-        arrays, record = ckpt.restore(latest, {"params": params, "algo_state": state, "opt_state": opt_state})
+        try:
+            arrays, record = ckpt.restore(latest, {"params": params, "algo_state": state, "opt_state": opt_state})
+        except Exception as e:  # noqa: BLE001  (orbax / tensorstore raise many kinds for a damaged folder)
+            ckpt.close()
+            path = os.path.join(ckpt.directory, str(latest))
+            before = f"after stage {latest - 1}" if latest > 0 else "from the start"
+            raise DataFileError(f"the checkpoint of stage {latest} is damaged ({type(e).__name__}); drop it with "
+                                f"`rm -r {path}` and rerun: training resumes {before}", file=path,
+                                field=f"checkpoints/{latest}") from None
         params, state, opt_state = arrays["params"], arrays["algo_state"], arrays["opt_state"]
         start = latest + 1
     stage_bar = tqdm(range(start, len(groups)), desc=f"{cfg.algo} {cfg.suite}", disable=not progress,

@@ -148,6 +148,9 @@ def parse_atom(node: Node, file: str) -> Atom:
     if arity is not None and len(args) != arity:
         raise BDDLError(f"{head.text} takes {arity} argument(s), got {len(args)}", file=file, line=head.line,
                         token=head.text)
+    if arity == 2 and args[0] == args[1]:
+        raise BDDLError(f"({head.text} {args[0]} {args[1]}) relates an entity to itself", file=file, line=head.line,
+                        token=node.items[1].text)
     return Atom(pred, args, head.line)
 
 
@@ -162,9 +165,16 @@ def parse_goal_node(node: Node, file: str) -> tuple[Atom, ...]:
     return (parse_atom(node, file),)
 
 
-def check_entities(atoms: Iterable[Atom], entities: set[str], file: str, what: str) -> None:
+def check_entities(atoms: Iterable[Atom], entities: set[str], file: str, what: str,
+                   dangling: dict[str, tuple[str, int]] | None = None) -> None:
+    """Every argument names an entity. A region declared on an absent :target (`dangling`: name -> (target, line
+    of its :target)) is named at its declaration, where the mistake is."""
     for a in atoms:
         for arg in a.args:
+            if arg in (dangling or {}):
+                target, line = dangling[arg]
+                raise MissingEntityError(f"region {arg} (used by {what} at line {a.line}) targets {target}, which is "
+                                         "not an object or fixture", file=file, line=line, token=target)
             if arg not in entities:
                 raise MissingEntityError(f"{what} names an entity that is not an object, fixture or region",
                                          file=file, line=a.line, token=arg)
@@ -292,15 +302,15 @@ def parse_bddl_text(text: str, *, file: str, name: str, suite: str,
     things = set(fixtures) | set(objects)
 
     regions: dict[str, Region] = {}
-    dangling: list[str] = []
+    dangling: dict[str, tuple[str, int]] = {}  # region name -> (absent target, line of its :target)
     for node in sections[":regions"].items[1:] if ":regions" in sections else ():
-        reg, _, _ = _region(node, file)
+        reg, target_line, _ = _region(node, file)
         if reg.name in regions or reg.name in dangling or reg.name in things:
             raise BDDLError("region full name declared twice", file=file, line=node.line, token=reg.local_name)
         if reg.target not in things:
             # LIBERO ignores such regions (libero_goal declares regions on an absent bowl_drainer_1);
-            # keep them out of the entity set so a reference to one fails with MissingEntityError.
-            dangling.append(reg.name)
+            # keep them out of the entity set so a reference to one fails with MissingEntityError at its :target.
+            dangling[reg.name] = (reg.target, target_line)
             continue
         regions[reg.name] = reg
     entities = things | set(regions)
@@ -308,6 +318,8 @@ def parse_bddl_text(text: str, *, file: str, name: str, suite: str,
     ooi = _syms(sections[":obj_of_interest"].items[1:], file, ":obj_of_interest") \
         if ":obj_of_interest" in sections else []
     for s in ooi:
+        if s.text.lower() in dangling:
+            check_entities([Atom("up", (s.text.lower(),), s.line)], entities, file, ":obj_of_interest", dangling)
         if s.text.lower() not in entities:
             raise MissingEntityError(":obj_of_interest names an unknown entity", file=file, line=s.line,
                                      token=s.text)
@@ -318,10 +330,10 @@ def parse_bddl_text(text: str, *, file: str, name: str, suite: str,
         raise BDDLError("(:goal ...) takes exactly one (And ...) form", file=file, line=goal_sec.line,
                         token=":goal")
     goal = parse_goal_node(goal_sec.items[1], file)
-    check_entities(init, entities, file, ":init")
-    check_entities(goal, entities, file, ":goal")
+    check_entities(init, entities, file, ":init", dangling)
+    check_entities(goal, entities, file, ":goal", dangling)
 
     return TaskSpec(name=name, suite=suite, scene=scene_of(name, suite), language=language,
                     problem=prob[0].text, file=file, fixtures=fixtures, objects=objects, regions=regions,
                     obj_of_interest=tuple(s.text.lower() for s in ooi), init=init, goal=goal,
-                    dangling_regions=tuple(dangling))
+                    dangling_regions=tuple(dangling))  # declaration order
