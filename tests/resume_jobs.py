@@ -53,7 +53,7 @@ def grid_setup():
           "lang": np.zeros((1, 384), np.float32)}
     ps = [policy.init(jax.random.PRNGKey(i), ex) for i in range(2)]
     cks = [G.Checkpoint("m", 0, 0, lambda j: ps[0]), G.Checkpoint("m", 0, 1, lambda j: ps[1])]
-    held = (("on", "akita_black_bowl_1", "main_table_akita_black_bowl_region"),)
+    held = (("on", "wooden_cabinet_1", "main_table_cabinet_region"),)
     variants = ((G.original_variant(ts[0]), G.Variant("c", "contrast", "leave the bowl", held, "action")),
                 (G.original_variant(ts[1]),))
     spec = G.GridSpec(tasks=ts, variants=variants, n_rollouts=2, horizon=12, chunk=4)

@@ -87,6 +87,7 @@ def test_demos_replay_to_success_bit_exactly(collected, scene):
     goals = jax.tree.map(lambda x: np.asarray(x)[ids][:, None], rollout.task_stack(scene).goal)
     batch = rollout.EpisodeBatch(task_ids=ids, goals=goals, state=np.stack([d["attrs"]["init_state"] for d in demos]),
                                  mocap=np.stack([d["attrs"]["mocap"] for d in demos]),
+                                 q0=np.stack([d["attrs"]["controller_q0"] for d in demos]),
                                  keys=np.zeros((len(demos), 2), np.uint32))
     pol, p0 = rollout.replay_policy(acts.astype(np.float32))
     rec, tr = rollout.rollout(scene, pol, p0, batch, T + 5, trace=True)

@@ -18,7 +18,7 @@ from clbench_jax.eval import grid as G
 TINY = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, seq_len=4, gmm_hidden=(32,),
             gmm_modes=3)
 R, H = 2, 8
-HELD = (("on", "akita_black_bowl_1", "main_table_akita_black_bowl_region"),)
+HELD = (("on", "wooden_cabinet_1", "main_table_cabinet_region"),)
 F32, U8, B = np.float32, np.uint8, np.bool_
 
 

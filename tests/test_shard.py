@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
     ex = {"obs": {k: np.zeros((1, 4) + s, d) for k, (s, d) in obs_spec(scene, "state").items()},
           "lang": np.zeros((1, 384), np.float32)}
     ps = [policy.init(jax.random.PRNGKey(i), ex) for i in range(4)]
-    held = (("on", "akita_black_bowl_1", "main_table_akita_black_bowl_region"),)
+    held = (("on", "wooden_cabinet_1", "main_table_cabinet_region"),)
     # a goal that holds at reset under a stop-at-goal condition: those episodes stop at once
     variants = ((G.original_variant(tasks[0]), G.Variant("c", "paraphrase", "leave it", held)),
                 (G.original_variant(tasks[1]),))
