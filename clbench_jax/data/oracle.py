@@ -252,7 +252,7 @@ def geometry(scene: Scene) -> dict:
         cands = [] if flat_wide else plan_pinches(pts, hand)
         T["pushable"][e] = not cands
         for k, (x, y, psi, z, _) in enumerate(cands):
-            T["cand"][e, k], T["cmask"][e, k] = (x, y, psi, z), True
+            T["cand"][e, k], T["cmask"][e, k] = (x, y, z, psi), True
     # articulated joints
     J = len(scene.joints)
     jt = dict(kind=np.zeros(J + 1, np.int32), owner=np.zeros(J + 1, np.int32), axis=np.zeros((J + 1, 3), np.float32),
@@ -289,7 +289,7 @@ def geometry(scene: Scene) -> dict:
             pts = body_points(m, d, jb)
             cands = plan_pinches(pts, hand)
             for k, (x, y, psi, z, _) in enumerate(cands):
-                jt["kcand"][j, k], jt["kmask"][j, k] = (x, y, psi, z), True
+                jt["kcand"][j, k], jt["kmask"][j, k] = (x, y, z, psi), True
             jt["bar"][j] = Ro.T @ (pb - po)  # the knob body's origin in the owner frame
     T.update({"j" + k: v for k, v in jt.items()})
     # region sites: the joint that must be open to put something in (drawer regions)
@@ -642,6 +642,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps["tp"] = jnp.where(nxt != ph, 0, tp + 1)
         ps["active"] = (nxt < nph) & (job != J_NONE)
         ps["t"] = ps["t"] + 1
+        ps["target"] = tpos  # the waypoint the action drove at (for traces and debugging)
         return act, ps
 
     def policy(obs, pstate, keys):
@@ -652,7 +653,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
                     pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), kind=z(dt=jnp.int32), cand=z(dt=jnp.int32),
                     noise=z(3), speed=z() + 0.9, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3),
-                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32))
+                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3))
 
     return policy, pstate0_fn
 
