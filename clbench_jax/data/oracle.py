@@ -236,13 +236,16 @@ def geometry(scene: Scene) -> dict:
     E = len(ents)
     T = dict(cand=np.zeros((E, NCAND, 4), np.float32), cmask=np.zeros((E, NCAND), bool),
              lo=np.zeros((E, 3), np.float32), hi=np.zeros((E, 3), np.float32), is_obj=np.zeros(E, bool),
-             pushable=np.zeros(E, bool))
+             pushable=np.zeros(E, bool), rad=np.zeros(E, np.float32), floor=np.zeros(E, np.float32))
     for e, name in enumerate(ents):
         root = m.body(scene.info[name].root_body).id
         pts = body_points(m, d, root)
         if not len(pts):
             continue
         T["lo"][e], T["hi"][e] = pts.min(0), pts.max(0)
+        r = np.linalg.norm(pts[:, :2], axis=1)
+        T["rad"][e] = r.max()  # footprint radius about the origin
+        T["floor"][e] = pts[r < 0.3 * r.max(), 2].max() if (r < 0.3 * r.max()).any() else pts[:, 2].max()
         if scene.info[name].kind != "object":
             continue
         T["is_obj"][e] = True
@@ -287,7 +290,7 @@ def geometry(scene: Scene) -> dict:
         elif kind == JK_KNOB:
             # the knob is pinched like an object: its hinged body's geoms in the body frame (z = the hinge axis)
             pts = body_points(m, d, jb)
-            cands = plan_pinches(pts, hand)
+            cands = [] if flat_wide else plan_pinches(pts, hand)
             for k, (x, y, psi, z, _) in enumerate(cands):
                 jt["kcand"][j, k], jt["kmask"][j, k] = (x, y, z, psi), True
             jt["bar"][j] = Ro.T @ (pb - po)  # the knob body's origin in the owner frame
@@ -371,6 +374,7 @@ CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -
 N_CLOSE, N_OPEN = 10, 6  # steps to close / open the gripper (robosuite ramps it over 8 actions)
 PULL_MARGIN = 0.012  # drawers are pulled this far past LIBERO's open threshold (pushed: past the close one)
 KNOB_MARGIN = 0.25  # knobs are turned this far (rad) past LIBERO's threshold
+PUSH_TILT = 0.5  # rad: the pushing hand leans forward by this much
 THETA_REF = 0.5 * math.pi  # closing-axis angle of the reset pose (fingers close along world y)
 ANG_TOL = 0.06  # rad: a waypoint is reached within this orientation error
 
@@ -392,6 +396,12 @@ def make_oracle(scene: Scene, noise: bool = True):
     pred_open, pred_close = PRED["open"], PRED["close"]
     pred_on, pred_in, pred_ton, pred_toff = PRED["on"], PRED["in"], PRED["turnon"], PRED["turnoff"]
     nz = 1.0 if noise else 0.0
+    h0, h1 = hand.hand_half
+    fa = 0.5 * (hand.pad_in + hand.finger_out)
+    # points of the hand in the grip-site frame (x closing axis, z approach): its body's underside (corners, edge
+    # middles) and the two fingertips
+    probes = jnp.array([[sx, sy, -hand.hand_under] for sx in (-h0, 0.0, h0) for sy in (-h1, 0.0, h1)
+                        if (sx, sy) != (0.0, 0.0)] + [[fa, 0.0, hand.tip], [-fa, 0.0, hand.tip]])
 
     def one(obs, ps, key):
         sens, found, task = obs["sensordata"], obs["found"], obs["tasks"]
@@ -451,21 +461,37 @@ def make_oracle(scene: Scene, noise: bool = True):
         cnd = T["cand"][a_ent]  # (K, 4)
         gp_k = pos[a_ent][None] + jnp.einsum("ij,kj->ki", Rq[a_ent], cnd[:, :3])
         th_k = _near(yaw_e[a_ent] + cnd[:, 3], THETA_REF)
-        u_k = jnp.stack([jnp.cos(th_k), jnp.sin(th_k)], -1)
-        v_k = jnp.stack([-u_k[:, 1], u_k[:, 0]], -1)
-        h0, h1 = hand.hand_half
-        fa = 0.5 * (hand.pad_in + hand.finger_out)
-        probe_ab = jnp.array([[-h0, -h1], [-h0, h1], [h0, -h1], [h0, h1], [0.0, -h1], [0.0, h1], [-h0, 0.0],
-                              [h0, 0.0], [fa, 0.0], [-fa, 0.0]])
-        probe_dz = jnp.array([hand.hand_under] * 8 + [-hand.tip] * 2)
-        probes = (gp_k[:, None, :2] + probe_ab[None, :, :1] * u_k[:, None] + probe_ab[None, :, 1:] * v_k[:, None])
-        pz = gp_k[:, None, 2] + probe_dz[None]  # (K, 10)
-        rel = probes[:, :, None, :] - pos[None, None, :, :2]  # (K, 10, E, 2)
-        loc = jnp.einsum("eji,kpej->kpei", Rq[:, :2, :2], rel)  # into each entity's frame (yaw only)
-        inside = jnp.all((loc > T["lo"][None, None, :, :2] - 0.01) & (loc < T["hi"][None, None, :, :2] + 0.01), -1)
-        inside = inside & (pz[:, :, None] < top[None, None] + 0.005) & (pz[:, :, None] > bottom[None, None] - 0.01)
         others = present & (jnp.arange(E) != a_ent)
-        hits = jnp.sum(inside & others[None, None], axis=(1, 2))
+
+        def hand_hits(gp, Rg):
+            """(...,) number of the hand's probe points inside the boxes of `others` with the grip site at gp
+            (..., 3) turned by Rg (..., 3, 3)."""
+            w = gp[..., None, :] + jnp.einsum("...ij,pj->...pi", Rg, probes)  # (..., P, 3)
+            loc = jnp.einsum("eji,...pej->...pei", Rq[:, :2, :2], w[..., None, :2] - pos[:, :2])
+            inside = jnp.all((loc > T["lo"][:, :2] - 0.01) & (loc < T["hi"][:, :2] + 0.01), -1)
+            inside = inside & (w[..., None, 2] < top + 0.005) & (w[..., None, 2] > bottom - 0.01)
+            return jnp.sum(inside & others, axis=(-1, -2))
+
+        hits = hand_hits(gp_k, jax.vmap(_r_down)(th_k))
+
+        def push_pose(e, g_xy, psi_off):
+            """Grip site behind entity e (pushed toward g_xy) and its rotation: leaning forward by PUSH_TILT about
+            the closing axis, which is turned by psi_off from square to the push."""
+            dvec_ = g_xy - pos[e][:2]
+            dd_ = dvec_ / jnp.maximum(jnp.linalg.norm(dvec_), 1e-6)
+            th = _near(jnp.arctan2(dd_[1], dd_[0]) + 0.5 * jnp.pi + psi_off, THETA_REF)
+            xc = jnp.array([jnp.cos(th), jnp.sin(th), 0.0])
+            n = jnp.array([-xc[1], xc[0], 0.0])
+            n = n * jnp.where(n[:2] @ dd_ > 0, -1.0, 1.0)  # toward the back
+            ap = -math.cos(PUSH_TILT) * jnp.array([0.0, 0.0, 1.0]) + math.sin(PUSH_TILT) * n
+            back = T["rad"][e] + hand.finger_half_w + 0.014
+            gp = jnp.concatenate([pos[e][:2] - dd_ * back, (bottom[e] + hand.tip * math.cos(PUSH_TILT) + 0.003)[None]])
+            return gp, jnp.stack([xc, jnp.cross(ap, xc), ap], axis=1), dd_
+
+        g_new = jnp.where(b_is_site, view.site_pos[jnp.clip(rb - E, 0, S - 1)][:2], pos[jnp.clip(rb, 0, E - 1)][:2])
+        psi_offs = jnp.deg2rad(jnp.array([0.0, 20.0, -20.0, 40.0, -40.0, 60.0, -60.0]))
+        gp_p, R_p, _ = jax.vmap(lambda o_: push_pose(a_ent, g_new, o_))(psi_offs)
+        new_psi = psi_offs[jnp.argmax(-0.1 * jnp.abs(psi_offs) - 10.0 * hand_hits(gp_p, R_p))]
         cscore = -1.0 * jnp.abs(th_k - THETA_REF) - 3.0 * hits - 0.1 * jnp.arange(NCAND)
         new_cand = jnp.argmax(jnp.where(T["cmask"][a_ent], cscore, -1e9))
         new_theta = th_k[new_cand]
@@ -473,7 +499,8 @@ def make_oracle(scene: Scene, noise: bool = True):
         start = ~ps["active"]
         ps = dict(ps)
         for k_, v_ in (("job", new_job), ("a", ra), ("b", rb), ("pred", rp), ("joint", new_joint),
-                       ("kind", new_kind), ("cand", new_cand), ("noise", new_noise), ("theta0", new_theta)):
+                       ("kind", new_kind), ("cand", new_cand), ("noise", new_noise), ("theta0", new_theta),
+                       ("push_psi", new_psi)):
             ps[k_] = jnp.where(start, v_, ps[k_])
         ps["speed"] = jnp.where(ps["t"] == 0, new_speed, ps["speed"])
         ps["phase"] = jnp.where(start, 0, ps["phase"])
@@ -528,23 +555,22 @@ def make_oracle(scene: Scene, noise: bool = True):
         lost = (job == J_PICK) & (ph >= 3) & (ph <= 6) & (jnp.linalg.norm(pos[a] - (ee + off)) > CARRY_LOST) & ~held
 
         # ============================================================ PUSH (flat objects wider than the hand)
+        # the closed fingers stand behind the object just above the table and push it toward the goal in steps; the
+        # hand leans forward (fingers toward the back, the hand's body over the object), its closing axis turned
+        # where the hand would touch a neighbour: upright and square to the push, its body reached 3-4 cm behind
+        # the fingers into the cabinet's bottom handle (libero_goal's plate starts 6-10 cm from it)
         goal_xy = jnp.where(b_site, sp_[:2], pos[be][:2])
-        dvec = goal_xy - pos[a][:2]
-        dist_goal = jnp.linalg.norm(dvec)
-        dd = dvec / jnp.maximum(dist_goal, 1e-6)
-        r_a = foot_r[a]
-        pz = bottom[a] + hand.tip + 0.004
-        behind = pos[a][:2] - dd * (r_a + hand.finger_half_w + 0.015)
-        Rpush = _r_down(_near(jnp.arctan2(dd[1], dd[0]) + 0.5 * jnp.pi, THETA_REF))
-        push_to = pos[a][:2] - dd * (r_a + hand.finger_half_w) + dd * jnp.minimum(dist_goal, 0.04)
+        dist_goal = jnp.linalg.norm(goal_xy - pos[a][:2])
+        gp_push, Rpush, dd = push_pose(a, goal_xy, ps["push_psi"])
+        behind, pz = gp_push[:2], gp_push[2]
+        push_to = behind + dd * jnp.minimum(dist_goal, 0.04)
         push = dict(
-            pos=[_rise_first(ee, jnp.array([behind[0], behind[1], pz + 0.08])), jnp.array([behind[0], behind[1], pz]),
-                 jnp.array([push_to[0], push_to[1], pz]), jnp.array([ee[0], ee[1], pz + 0.10])],
-            R=[Rpush] * 4, grip=[1, 1, 1, 1], tol=[0.015, 0.006, 1, 0.03], vmax=[1, 0.5, 0.4, 0.8],
+            pos=[_rise_first(ee, jnp.array([behind[0], behind[1], pz + 0.06])), jnp.array([behind[0], behind[1], pz]),
+                 jnp.array([push_to[0], push_to[1], pz]), jnp.array([ee[0], ee[1], pz + 0.08])],
+            R=[Rpush] * 4, grip=[1, 1, 1, 1], tol=[0.015, 0.005, 1, 0.03], vmax=[1, 0.5, 0.4, 0.8],
             mins=[0, 0, 0, 0], maxs=[150, 60, 250, 60])
-        vrel = ee[:2] - pos[a][:2]
-        off_track = (jnp.linalg.norm(vrel) > r_a + 0.06) | ((vrel @ -dd) < 0.7 * jnp.linalg.norm(vrel))
-        push_cond = jnp.zeros(P_MAX, bool).at[2].set((dist_goal < 0.012) | off_track)
+        off_track = jnp.linalg.norm(ee[:2] - behind) > 0.04
+        push_cond = jnp.zeros(P_MAX, bool).at[2].set((dist_goal < 0.01) | off_track)
 
         # ============================================================ joints: the owner's frame
         o = T["jowner"][jj]
@@ -653,7 +679,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
                     pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), kind=z(dt=jnp.int32), cand=z(dt=jnp.int32),
                     noise=z(3), speed=z() + 0.9, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3),
-                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3))
+                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z())
 
     return policy, pstate0_fn
 
