@@ -261,7 +261,8 @@ def geometry(scene: Scene) -> dict:
     jt = dict(kind=np.zeros(J + 1, np.int32), owner=np.zeros(J + 1, np.int32), axis=np.zeros((J + 1, 3), np.float32),
               pull=np.zeros((J + 1, 3), np.float32), bar=np.zeros((J + 1, 3), np.float32),
               bar_half=np.zeros((J + 1, 3), np.float32), anchor=np.zeros((J + 1, 3), np.float32),
-              kcand=np.zeros((J + 1, NCAND, 4), np.float32), kmask=np.zeros((J + 1, NCAND), bool))
+              kcand=np.zeros((J + 1, NCAND, 4), np.float32), kmask=np.zeros((J + 1, NCAND), bool),
+              blo=np.zeros((J + 1, 3), np.float32), bhi=np.full((J + 1, 3), -1.0, np.float32))
     for j, jn in enumerate(scene.joints):
         jid = m.joint(jn).id
         owner = next(e for e in ents if jn in scene.info[e].joints)
@@ -276,6 +277,9 @@ def geometry(scene: Scene) -> dict:
         jt["anchor"][j] = Ro.T @ (pb + Rb @ m.jnt_pos[jid] - po)
         tests = entities.joint_tests(scene.info[owner].cls, scene.info[owner].articulation)
         if kind == JK_DRAWER:
+            # the drawer's box in the owner frame at q = 0 (an obstacle that moves with q)
+            pts = (body_points(m, d, jb, frame=jb) @ Rb.T + pb - po) @ Ro
+            jt["blo"][j], jt["bhi"][j] = pts.min(0), pts.max(0)
             # LIBERO's cabinets open toward lower q ("lt" tests) or higher q; the handle is the drawer's geom that
             # sticks out furthest that way
             pull = axis_o * (-1.0 if tests["open"][0] == "lt" else 1.0)
@@ -345,8 +349,12 @@ def _rot_angle(R):
 
 
 def _rise_first(ee, target, margin=0.04):
-    """A waypoint well above the hand becomes the point straight above the hand: rise, then move across."""
-    return jnp.where(ee[2] < target[2] - margin, jnp.array([ee[0], ee[1], target[2]]), target)
+    """A job's first waypoint, reached by a path that never descends across: from below it, rise first (straight
+    up), then move across at the higher of the two heights, then descend (a diagonal path swept the hand's body
+    across the open drawer's panel, or a sideways sweep knocked objects over)."""
+    up = jnp.where(ee[2] < target[2] - margin, jnp.array([ee[0], ee[1], target[2]]), target)
+    far = jnp.linalg.norm(ee[:2] - target[:2]) > 0.03
+    return jnp.where(far & (ee[2] > target[2]), jnp.array([target[0], target[1], ee[2]]), up)
 
 
 def _seg_dist(p, a, b):
@@ -463,16 +471,21 @@ def make_oracle(scene: Scene, noise: bool = True):
         th_k = _near(yaw_e[a_ent] + cnd[:, 3], THETA_REF)
         others = present & (jnp.arange(E) != a_ent)
 
-        def hand_hits(gp, Rg):
+        def hand_hits(gp, Rg, rise=0.0):
             """(...,) number of the hand's probe points inside the boxes of `others` with the grip site at gp
-            (..., 3) turned by Rg (..., 3, 3)."""
+            (..., 3) turned by Rg (..., 3, 3), or anywhere on the way down to it from `rise` higher."""
             w = gp[..., None, :] + jnp.einsum("...ij,pj->...pi", Rg, probes)  # (..., P, 3)
             loc = jnp.einsum("eji,...pej->...pei", Rq[:, :2, :2], w[..., None, :2] - pos[:, :2])
             inside = jnp.all((loc > T["lo"][:, :2] - 0.01) & (loc < T["hi"][:, :2] + 0.01), -1)
-            inside = inside & (w[..., None, 2] < top + 0.005) & (w[..., None, 2] > bottom - 0.01)
-            return jnp.sum(inside & others, axis=(-1, -2))
+            inside = inside & (w[..., None, 2] < top + 0.005) & (w[..., None, 2] + rise > bottom - 0.01)
+            # drawers pulled out of their cabinets: boxes in the owner frame, moved along the slide by q
+            jl = jnp.einsum("jba,...pjb->...pja", Rq[T["jowner"]], w[..., None, :] - pos[T["jowner"]])
+            jl = jl - T["jaxis"] * q[:, None]
+            in_j = jnp.all((jl[..., :2] > T["jblo"][:, :2] - 0.01) & (jl[..., :2] < T["jbhi"][:, :2] + 0.01), -1)
+            in_j = in_j & (jl[..., 2] < T["jbhi"][:, 2] + 0.005) & (jl[..., 2] + rise > T["jblo"][:, 2] - 0.01)
+            return jnp.sum(inside & others, axis=(-1, -2)) + jnp.sum(in_j, axis=(-1, -2))
 
-        hits = hand_hits(gp_k, jax.vmap(_r_down)(th_k))
+        hits = hand_hits(gp_k, jax.vmap(_r_down)(th_k), 0.3)  # the whole column the hand comes down
 
         def push_pose(e, g_xy, psi_off):
             """Grip site behind entity e (pushed toward g_xy) and its rotation: leaning forward by PUSH_TILT about
@@ -668,6 +681,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps["tp"] = jnp.where(nxt != ph, 0, tp + 1)
         ps["active"] = (nxt < nph) & (job != J_NONE)
         ps["t"] = ps["t"] + 1
+        ps["dbg"] = jnp.concatenate([hits.astype(jnp.float32), cscore])
         ps["target"] = tpos  # the waypoint the action drove at (for traces and debugging)
         return act, ps
 
@@ -679,7 +693,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
                     pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), kind=z(dt=jnp.int32), cand=z(dt=jnp.int32),
                     noise=z(3), speed=z() + 0.9, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3),
-                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z())
+                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dbg=z(2 * NCAND))
 
     return policy, pstate0_fn
 
