@@ -262,7 +262,8 @@ def geometry(scene: Scene) -> dict:
               pull=np.zeros((J + 1, 3), np.float32), bar=np.zeros((J + 1, 3), np.float32),
               bar_half=np.zeros((J + 1, 3), np.float32), anchor=np.zeros((J + 1, 3), np.float32),
               kcand=np.zeros((J + 1, NCAND, 4), np.float32), kmask=np.zeros((J + 1, NCAND), bool),
-              blo=np.zeros((J + 1, 3), np.float32), bhi=np.full((J + 1, 3), -1.0, np.float32))
+              blo=np.zeros((J + 1, 3), np.float32), bhi=np.full((J + 1, 3), -1.0, np.float32),
+              range=np.zeros((J + 1, 2), np.float32))
     for j, jn in enumerate(scene.joints):
         jid = m.joint(jn).id
         owner = next(e for e in ents if jn in scene.info[e].joints)
@@ -271,7 +272,7 @@ def geometry(scene: Scene) -> dict:
         jb = m.jnt_bodyid[jid]
         pb, Rb = _frame(d, jb)
         kind = _joint_kind(scene, jn)
-        jt["kind"][j], jt["owner"][j] = kind, o
+        jt["kind"][j], jt["owner"][j], jt["range"][j] = kind, o, m.jnt_range[jid]
         axis_o = Ro.T @ Rb @ m.jnt_axis[jid]
         jt["axis"][j] = axis_o
         jt["anchor"][j] = Ro.T @ (pb + Rb @ m.jnt_pos[jid] - po)
@@ -378,6 +379,7 @@ PRE_H = 0.08  # pre-grasp height above the grasp point
 DROP = 0.015  # objects are released this far above their resting height
 TRANSIT_CLEAR = 0.04  # carried objects pass this far above what is near their path
 Z_REACH = 0.45  # the hand stays below the robot base + this (the arm's reach at the far side of the table)
+STAGE_CLEAR = 0.06  # objects this close to where an opened drawer will be are moved away first
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
 N_CLOSE, N_OPEN = 10, 6  # steps to close / open the gripper (robosuite ramps it over 8 actions)
 PULL_MARGIN = 0.012  # drawers are pulled this far past LIBERO's open threshold (pushed: past the close one)
@@ -400,7 +402,7 @@ def make_oracle(scene: Scene, noise: bool = True):
     jt_thr = jnp.concatenate([c.joint_tests.thr, jnp.zeros((4, 1), jnp.float32)], 1)
     # a margin that makes each joint test pass more deeply: toward lower q for "lt"/"le", higher for "gt"/"ge"
     deeper = jnp.where((jt_op == 1) | (jt_op == 4), -1.0, 1.0)
-    foot_r = jnp.linalg.norm(jnp.maximum(jnp.abs(T["lo"][:, :2]), jnp.abs(T["hi"][:, :2])), axis=1)  # (E,)
+    foot_r = T["rad"]  # (E,) footprint radii about the origins
     pred_open, pred_close = PRED["open"], PRED["close"]
     pred_on, pred_in, pred_ton, pred_toff = PRED["on"], PRED["in"], PRED["turnon"], PRED["turnoff"]
     nz = 1.0 if noise else 0.0
@@ -460,6 +462,19 @@ def make_oracle(scene: Scene, noise: bool = True):
             [J_NONE, J_DOPEN, J_DOOR_OPEN, J_PUSH, J_PICK, J_DOPEN, J_DCLOSE, J_DOOR_OPEN, J_DOOR_CLOSE, J_KNOB],
             J_NONE)
         new_joint = jnp.where(place & need_open, need_j, rj)
+        # an object to put into a drawer that stands where the opened drawer will be (or too close to it for the
+        # hand to come down beside it) is first moved away along the pull (libero_goal: the bowl 1-5 cm from where
+        # the top drawer's front ends up; every grasp of its rim then reached over the open drawer)
+        q_full = jnp.where(deeper[0][need_j] < 0, T["jrange"][need_j][0], T["jrange"][need_j][1])
+        o_n = T["jowner"][need_j]
+        p_loc = Rq[o_n].T @ (pos[a_ent] - pos[o_n]) - T["jaxis"][need_j] * q_full
+        gap = jnp.linalg.norm(jnp.maximum(jnp.maximum(T["jblo"][need_j][:2] - p_loc[:2], 0.0),
+                                          p_loc[:2] - T["jbhi"][need_j][:2]))
+        pull_n = Rq[o_n] @ T["jpull"][need_j]
+        pull_n = pull_n[:2] / jnp.maximum(jnp.linalg.norm(pull_n[:2]), 1e-6)
+        stage = place & need_open & (jk_n == JK_DRAWER) & (gap < foot_r[a_ent] + STAGE_CLEAR)
+        new_stage = pos[a_ent][:2] + pull_n * (foot_r[a_ent] + STAGE_CLEAR - gap + 0.02)
+        new_job = jnp.where(stage, J_PICK, new_job)
         new_kind = jnp.select([place & need_open, rp == pred_open, rp == pred_close, rp == pred_ton], [0, 0, 1, 2], 3)
         k1, k2 = jax.random.split(key)
         new_noise = jax.random.normal(k1, (3,)) * 0.002 * nz
@@ -513,7 +528,8 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps = dict(ps)
         for k_, v_ in (("job", new_job), ("a", ra), ("b", rb), ("pred", rp), ("joint", new_joint),
                        ("kind", new_kind), ("cand", new_cand), ("noise", new_noise), ("theta0", new_theta),
-                       ("push_psi", new_psi)):
+                       ("push_psi", new_psi), ("staged", stage), ("stage", new_stage),
+                       ("stage_z", bottom[a_ent])):
             ps[k_] = jnp.where(start, v_, ps[k_])
         ps["speed"] = jnp.where(ps["t"] == 0, new_speed, ps["speed"])
         ps["phase"] = jnp.where(start, 0, ps["phase"])
@@ -539,8 +555,9 @@ def make_oracle(scene: Scene, noise: bool = True):
         sp_, sm, ssz = view.site_pos[bs], view.site_mat[bs], view.site_size[bs]
         s_half = jnp.abs(sm @ ssz)
         is_in = ps["pred"] == pred_in
-        tgt_xy = jnp.where(b_site, sp_[:2], pos[be][:2]) + nse[:2]
+        tgt_xy = jnp.where(ps["staged"], ps["stage"], jnp.where(b_site, sp_[:2], pos[be][:2])) + nse[:2]
         support_z = jnp.where(b_site, jnp.where(is_in, sp_[2] - s_half[2], sp_[2] + s_half[2]), top[be])
+        support_z = jnp.where(ps["staged"], ps["stage_z"], support_z)
         rest_z = support_z - T["lo"][a][2]
         tgt = jnp.concatenate([tgt_xy, (rest_z + DROP)[None]])
         # transit height: the carried object's bottom clears whatever stands near its path
@@ -693,7 +710,8 @@ def make_oracle(scene: Scene, noise: bool = True):
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
                     pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), kind=z(dt=jnp.int32), cand=z(dt=jnp.int32),
                     noise=z(3), speed=z() + 0.9, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3),
-                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dbg=z(2 * NCAND))
+                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dbg=z(2 * NCAND), staged=z(dt=bool),
+                    stage=z(2), stage_z=z())
 
     return policy, pstate0_fn
 
