@@ -378,6 +378,7 @@ def _phase_table(skills, field, ph):
 PRE_H = 0.08  # pre-grasp height above the grasp point
 DROP = 0.015  # objects are released this far above their resting height
 TRANSIT_CLEAR = 0.04  # carried objects pass this far above what is near their path
+REACH_LOW = 0.76  # the hand reaches no farther than this from the robot's base at table height (m, in xy)
 Z_REACH = 0.45  # the hand stays below the robot base + this (the arm's reach at the far side of the table)
 STAGE_CLEAR = 0.06  # objects this close to where an opened drawer will be are moved away first
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
@@ -385,6 +386,7 @@ N_CLOSE, N_OPEN = 10, 6  # steps to close / open the gripper (robosuite ramps it
 PULL_MARGIN = 0.012  # drawers are pulled this far past LIBERO's open threshold (pushed: past the close one)
 KNOB_MARGIN = 0.25  # knobs are turned this far (rad) past LIBERO's threshold
 PUSH_TILT = 0.5  # rad: the pushing hand leans forward by this much
+PUSH_LEG = 0.06  # pushes go this far before the direction is chosen again
 THETA_REF = 0.5 * math.pi  # closing-axis angle of the reset pose (fingers close along world y)
 ANG_TOL = 0.06  # rad: a waypoint is reached within this orientation error
 
@@ -502,12 +504,11 @@ def make_oracle(scene: Scene, noise: bool = True):
 
         hits = hand_hits(gp_k, jax.vmap(_r_down)(th_k), 0.3)  # the whole column the hand comes down
 
-        def push_pose(e, g_xy, psi_off):
-            """Grip site behind entity e (pushed toward g_xy) and its rotation: leaning forward by PUSH_TILT about
-            the closing axis, which is turned by psi_off from square to the push."""
-            dvec_ = g_xy - pos[e][:2]
-            dd_ = dvec_ / jnp.maximum(jnp.linalg.norm(dvec_), 1e-6)
-            th = _near(jnp.arctan2(dd_[1], dd_[0]) + 0.5 * jnp.pi + psi_off, THETA_REF)
+        def push_pose(e, ang, psi_off):
+            """Grip site behind entity e pushed along angle `ang`, and its rotation: leaning forward by PUSH_TILT
+            about the closing axis, which is turned by psi_off from square to the push."""
+            dd_ = jnp.stack([jnp.cos(ang), jnp.sin(ang)])
+            th = _near(ang + 0.5 * jnp.pi + psi_off, THETA_REF)
             xc = jnp.array([jnp.cos(th), jnp.sin(th), 0.0])
             n = jnp.array([-xc[1], xc[0], 0.0])
             n = n * jnp.where(n[:2] @ dd_ > 0, -1.0, 1.0)  # toward the back
@@ -516,10 +517,36 @@ def make_oracle(scene: Scene, noise: bool = True):
             gp = jnp.concatenate([pos[e][:2] - dd_ * back, (bottom[e] + hand.tip * math.cos(PUSH_TILT) + 0.003)[None]])
             return gp, jnp.stack([xc, jnp.cross(ap, xc), ap], axis=1), dd_
 
-        g_new = jnp.where(b_is_site, view.site_pos[jnp.clip(rb - E, 0, S - 1)][:2], pos[jnp.clip(rb, 0, E - 1)][:2])
+        # a push's goal point: inside the goal region, as far from the other objects as it allows; each leg's
+        # direction: toward it, turned where the pushed object would run into another object on the way, and the
+        # hand's closing axis turned where the hand would stand in something
+        bsite_n = jnp.clip(rb - E, 0, S - 1)
+        g_c = jnp.where(b_is_site, view.site_pos[bsite_n][:2], pos[jnp.clip(rb, 0, E - 1)][:2])
+        g_half = jnp.where(b_is_site, jnp.abs(view.site_mat[bsite_n] @ view.site_size[bsite_n])[:2], 0.01)
+        obst = others & T["is_obj"]
+        R_o = foot_r[a_ent] + foot_r + 0.01
+        away = g_c - pos[:, :2]
+        d_o = jnp.linalg.norm(away, axis=1)
+        shift = jnp.sum(jnp.where(obst[:, None], away / jnp.maximum(d_o, 1e-6)[:, None]
+                                  * jnp.maximum(R_o - d_o, 0.0)[:, None], 0.0), axis=0)
+        g_pt = g_c + jnp.clip(shift, -jnp.maximum(g_half - 0.01, 0.0), jnp.maximum(g_half - 0.01, 0.0))
+        to_g = g_pt - pos[a_ent][:2]
+        ang0 = jnp.arctan2(to_g[1], to_g[0])
+        turns = jnp.deg2rad(jnp.array([0.0, 20.0, -20.0, 40.0, -40.0, 60.0, -60.0]))
         psi_offs = jnp.deg2rad(jnp.array([0.0, 20.0, -20.0, 40.0, -40.0, 60.0, -60.0]))
-        gp_p, R_p, _ = jax.vmap(lambda o_: push_pose(a_ent, g_new, o_))(psi_offs)
-        new_psi = psi_offs[jnp.argmax(-0.1 * jnp.abs(psi_offs) - 10.0 * hand_hits(gp_p, R_p))]
+        L = jnp.minimum(jnp.linalg.norm(to_g), 0.10)
+
+        def leg_score(turn, psi_off):
+            gp, Rg, dd_ = push_pose(a_ent, ang0 + turn, psi_off)
+            dseg = _seg_dist(pos[:, :2], pos[a_ent][:2], pos[a_ent][:2] + dd_ * L)
+            run_in = jnp.sum(jnp.where(obst, jnp.maximum(R_o - dseg, 0.0) / R_o, 0.0))
+            far = jnp.linalg.norm(gp[:2] - base[:2]) > REACH_LOW
+            return jnp.cos(turn) - 5.0 * run_in - 0.1 * jnp.abs(psi_off) - 10.0 * ((hand_hits(gp, Rg) > 0) | far)
+
+        sc_ = jax.vmap(lambda t_: jax.vmap(lambda p_: leg_score(t_, p_))(psi_offs))(turns)  # (turns, psi)
+        best = jnp.argmax(sc_)
+        new_pdir = ang0 + turns[best // psi_offs.shape[0]]
+        new_psi = psi_offs[best % psi_offs.shape[0]]
         cscore = -1.0 * jnp.abs(th_k - THETA_REF) - 3.0 * hits - 0.1 * jnp.arange(NCAND)
         new_cand = jnp.argmax(jnp.where(T["cmask"][a_ent], cscore, -1e9))
         new_theta = th_k[new_cand]
@@ -528,7 +555,8 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps = dict(ps)
         for k_, v_ in (("job", new_job), ("a", ra), ("b", rb), ("pred", rp), ("joint", new_joint),
                        ("kind", new_kind), ("cand", new_cand), ("noise", new_noise), ("theta0", new_theta),
-                       ("push_psi", new_psi), ("staged", stage), ("stage", new_stage),
+                       ("push_psi", new_psi), ("push_dir", new_pdir), ("push_goal", g_pt),
+                       ("leg0", pos[a_ent][:2]), ("staged", stage), ("stage", new_stage),
                        ("stage_z", bottom[a_ent])):
             ps[k_] = jnp.where(start, v_, ps[k_])
         ps["speed"] = jnp.where(ps["t"] == 0, new_speed, ps["speed"])
@@ -589,18 +617,18 @@ def make_oracle(scene: Scene, noise: bool = True):
         # hand leans forward (fingers toward the back, the hand's body over the object), its closing axis turned
         # where the hand would touch a neighbour: upright and square to the push, its body reached 3-4 cm behind
         # the fingers into the cabinet's bottom handle (libero_goal's plate starts 6-10 cm from it)
-        goal_xy = jnp.where(b_site, sp_[:2], pos[be][:2])
-        dist_goal = jnp.linalg.norm(goal_xy - pos[a][:2])
-        gp_push, Rpush, dd = push_pose(a, goal_xy, ps["push_psi"])
+        dist_goal = jnp.linalg.norm(ps["push_goal"] - pos[a][:2])
+        gp_push, Rpush, dd = push_pose(a, ps["push_dir"], ps["push_psi"])
         behind, pz = gp_push[:2], gp_push[2]
-        push_to = behind + dd * jnp.minimum(dist_goal, 0.04)
+        push_to = behind + dd * 0.04
         push = dict(
-            pos=[_rise_first(ee, jnp.array([behind[0], behind[1], pz + 0.06])), jnp.array([behind[0], behind[1], pz]),
-                 jnp.array([push_to[0], push_to[1], pz]), jnp.array([ee[0], ee[1], pz + 0.08])],
+            pos=[_rise_first(ee, jnp.array([behind[0], behind[1], pz + 0.035])), jnp.array([behind[0], behind[1], pz]),
+                 jnp.array([push_to[0], push_to[1], pz]), jnp.array([behind[0], behind[1], pz + 0.035])],
             R=[Rpush] * 4, grip=[1, 1, 1, 1], tol=[0.015, 0.005, 1, 0.03], vmax=[1, 0.5, 0.4, 0.8],
             mins=[0, 0, 0, 0], maxs=[150, 60, 250, 60])
         off_track = jnp.linalg.norm(ee[:2] - behind) > 0.04
-        push_cond = jnp.zeros(P_MAX, bool).at[2].set((dist_goal < 0.01) | off_track)
+        leg_done = ((pos[a][:2] - ps["leg0"]) @ dd > PUSH_LEG) | ((ps["push_goal"] - pos[a][:2]) @ dd < 0.003)
+        push_cond = jnp.zeros(P_MAX, bool).at[2].set((dist_goal < 0.01) | off_track | leg_done)
 
         # ============================================================ joints: the owner's frame
         o = T["jowner"][jj]
@@ -710,7 +738,8 @@ def make_oracle(scene: Scene, noise: bool = True):
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
                     pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), kind=z(dt=jnp.int32), cand=z(dt=jnp.int32),
                     noise=z(3), speed=z() + 0.9, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3),
-                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dbg=z(2 * NCAND), staged=z(dt=bool),
+                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), push_dir=z(), push_goal=z(2), leg0=z(2),
+                    dbg=z(2 * NCAND), staged=z(dt=bool),
                     stage=z(2), stage_z=z())
 
     return policy, pstate0_fn
