@@ -227,6 +227,39 @@ def _joint_kind(scene: Scene, jn: str) -> int:
     return JK_NONE
 
 
+def _level(u: np.ndarray) -> np.ndarray:
+    """The smallest rotation taking the unit vector u (an object's up, in its own frame) to +z."""
+    u = u / np.linalg.norm(u)
+    v, c = np.cross(u, [0.0, 0.0, 1.0]), float(u[2])
+    if np.linalg.norm(v) < 1e-9:
+        return np.eye(3) if c > 0 else np.diag([1.0, -1.0, -1.0])
+    k = np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]])
+    return np.eye(3) + k + k @ k / (1.0 + c)
+
+
+def rest_levels(scene: Scene) -> np.ndarray:
+    """(E, 3, 3) per entity: the rotation from its root frame to a frame with z up as it rests on the table. LIBERO
+    stands some objects in rotated root frames (the milk and juice cartons' long axis is their root y) and varies
+    only the yaw between episodes, so one official initial state tells the up direction."""
+    from clbench_jax.sim.init_states import libero_states
+
+    m = scene.model
+    out = np.tile(np.eye(3), (len(scene.entities), 1, 1))
+    for e, name in enumerate(scene.objects):
+        task = next((t for t in scene.tasks if name in t.objects), None)
+        if task is None:
+            continue
+        try:
+            state = libero_states(scene, task)[0]
+        except Exception:  # no official states for this task (a custom one): assume upright root frames
+            continue
+        adr = m.jnt_qposadr[m.body_jntadr[m.body(scene.info[name].root_body).id]]
+        R = np.zeros(9)
+        mujoco.mju_quat2Mat(R, state[1 + adr + 3:1 + adr + 7])
+        out[e] = _level(R.reshape(3, 3).T @ [0.0, 0.0, 1.0])
+    return out
+
+
 def geometry(scene: Scene) -> dict:
     """The static numpy tables the policy reads (everything from the compiled model; see the module docstring)."""
     m = scene.model
@@ -236,10 +269,11 @@ def geometry(scene: Scene) -> dict:
     E = len(ents)
     T = dict(cand=np.zeros((E, NCAND, 4), np.float32), cmask=np.zeros((E, NCAND), bool),
              lo=np.zeros((E, 3), np.float32), hi=np.zeros((E, 3), np.float32), is_obj=np.zeros(E, bool),
-             pushable=np.zeros(E, bool), rad=np.zeros(E, np.float32), floor=np.zeros(E, np.float32))
+             pushable=np.zeros(E, bool), rad=np.zeros(E, np.float32), floor=np.zeros(E, np.float32),
+             level=rest_levels(scene).astype(np.float32))
     for e, name in enumerate(ents):
         root = m.body(scene.info[name].root_body).id
-        pts = body_points(m, d, root)
+        pts = body_points(m, d, root) @ T["level"][e].T  # in the leveled frame: z up as it rests
         if not len(pts):
             continue
         T["lo"][e], T["hi"][e] = pts.min(0), pts.max(0)
@@ -422,7 +456,8 @@ def make_oracle(scene: Scene, noise: bool = True):
         truth = eval_rows(view, goal, c.joint_tests)
         ee, R = obs["ee_pos"], obs["ee_mat"]
         pos = view.body_pos
-        Rq = quat_to_mat(sens[c.sens_entity_quat])  # (E, 3, 3)
+        # each entity's leveled frame (z up as it rests; the geometry tables are in it)
+        Rq = jnp.einsum("eij,ekj->eik", quat_to_mat(sens[c.sens_entity_quat]), T["level"])  # (E, 3, 3)
         yaw_e = jax.vmap(_yaw)(Rq)
         q = jnp.concatenate([view.joint_q, jnp.zeros(1)])
         present = task.present
