@@ -412,8 +412,11 @@ def _phase_table(skills, field, ph):
 PRE_H = 0.08  # pre-grasp height above the grasp point
 DROP = 0.015  # objects are released this far above their resting height
 TRANSIT_CLEAR = 0.04  # carried objects pass this far above what is near their path
+REACH_HIGH = 0.78  # ... and at a drawer handle's height, pointing horizontally
+DRAWER_APPROACH = 0.12  # a drawer's handle is approached from this far in front
 REACH_LOW = 0.76  # the hand reaches no farther than this from the robot's base at table height (m, in xy)
 Z_REACH = 0.45  # the hand stays below the robot base + this (the arm's reach at the far side of the table)
+SETTLE = 5  # the oracle idles its first steps (LIBERO's warm-up: objects settle)
 STAGE_CLEAR = 0.06  # objects this close to where an opened drawer will be are moved away first
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
 N_CLOSE, N_OPEN = 10, 6  # steps to close / open the gripper (robosuite ramps it over 8 actions)
@@ -512,6 +515,19 @@ def make_oracle(scene: Scene, noise: bool = True):
         stage = place & need_open & (jk_n == JK_DRAWER) & (gap < foot_r[a_ent] + STAGE_CLEAR)
         new_stage = pos[a_ent][:2] + pull_n * (foot_r[a_ent] + STAGE_CLEAR - gap + 0.02)
         new_job = jnp.where(stage, J_PICK, new_job)
+        # an object to move out of a drawer that is not pulled all the way: pull it first (libero_spatial's bowl in
+        # the half-open top drawer: the hand came down on the cabinet's top panel above its rim)
+        nb = len(scene.body_sites)
+        if nb:
+            in_site = site_contains(view.site_pos[:nb], view.site_mat[:nb], view.site_size[:nb], pos[a_ent])
+            dj = T["s_joint"][:nb]
+            shut = in_site & (dj < J) & (T["jkind"][dj] == JK_DRAWER) & ~jax.vmap(lambda j: jpass(0, j, PULL_MARGIN))(dj)
+            j_s = dj[jnp.argmax(shut)]
+            bar_s = pos[T["jowner"][j_s]] + Rq[T["jowner"][j_s]] @ (T["jbar"][j_s] + T["jaxis"][j_s] * q[j_s]
+                                                                   + T["jpull"][j_s] * DRAWER_APPROACH)
+            from_drawer = place & shut.any() & ~need_open & (jnp.linalg.norm(bar_s[:2] - base[:2]) < REACH_HIGH)
+            new_job = jnp.where(from_drawer, J_DOPEN, new_job)
+            new_joint = jnp.where(from_drawer, j_s, new_joint)
         new_kind = jnp.select([place & need_open, rp == pred_open, rp == pred_close, rp == pred_ton], [0, 0, 1, 2], 3)
         k1, k2 = jax.random.split(key)
         new_noise = jax.random.normal(k1, (3,)) * 0.002 * nz
@@ -586,7 +602,10 @@ def make_oracle(scene: Scene, noise: bool = True):
         new_cand = jnp.argmax(jnp.where(T["cmask"][a_ent], cscore, -1e9))
         new_theta = th_k[new_cand]
 
+        # no job during the first SETTLE steps: objects of LIBERO's initial states drop a few centimetres onto their
+        # supports first (run_oracle's warm-up steps cover them: those actions are not executed)
         start = ~ps["active"]
+        new_job = jnp.where(ps["t"] < SETTLE, J_NONE, new_job)
         ps = dict(ps)
         for k_, v_ in (("job", new_job), ("a", ra), ("b", rb), ("pred", rp), ("joint", new_joint),
                        ("kind", new_kind), ("cand", new_cand), ("noise", new_noise), ("theta0", new_theta),
@@ -681,7 +700,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         Rh = _r_point(-pull, up)
         grip_at = bar - pull * 0.002
         dopen = dict(
-            pos=[_rise_first(ee, bar + pull * 0.14), bar + pull * 0.06, grip_at, grip_at, bar + pull * 0.04,
+            pos=[_rise_first(ee, bar + pull * DRAWER_APPROACH), bar + pull * 0.06, grip_at, grip_at, bar + pull * 0.04,
                  bar + pull * 0.004, bar + pull * 0.10, bar + pull * 0.12 + jnp.array([0.0, 0.0, 0.10])],
             R=[Rh] * 7 + [_r_down(THETA_REF)],
             grip=[-1, -1, -1, 1, 1, -1, -1, -1],
@@ -759,9 +778,9 @@ def make_oracle(scene: Scene, noise: bool = True):
         nxt = jnp.where(lost, 0, nxt)
         ps["phase"] = nxt
         ps["tp"] = jnp.where(nxt != ph, 0, tp + 1)
-        ps["active"] = (nxt < nph) & (job != J_NONE)
+        ps["active"] = (nxt < nph) & (job != J_NONE) & (ps["t"] >= SETTLE)
         ps["t"] = ps["t"] + 1
-        ps["dbg"] = jnp.concatenate([hits.astype(jnp.float32), cscore])
+        ps["dbg"] = jnp.concatenate([in_site.astype(jnp.float32)[:8], shut.astype(jnp.float32)[:8]])
         ps["target"] = tpos  # the waypoint the action drove at (for traces and debugging)
         return act, ps
 
@@ -782,7 +801,7 @@ def make_oracle(scene: Scene, noise: bool = True):
 
 # ------------------------------------------------------------------------------------------------- evaluation
 _ORACLES: dict = {}
-WARMUP = 5  # LIBERO's evaluation: 5 zero-action steps after loading an initial state (objects settle)
+WARMUP = SETTLE  # LIBERO's evaluation: 5 zero-action steps after loading an initial state (objects settle)
 
 
 def _oracle_for(scene: Scene, noise: bool):
