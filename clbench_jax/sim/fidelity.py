@@ -58,13 +58,30 @@ def placement_mocap(scene: Scene, task: TaskSpec, env) -> np.ndarray:
 def compare_models(scene: Scene, task: TaskSpec, env) -> dict[str, float]:
     """max |ours - LIBERO's| per model field over LIBERO's named elements (fixture root poses compared after
     LIBERO's reset placement is applied as mocap), plus the physics options and the element counts that differ."""
+    from clbench_jax.sim.env import table_region_boxes
+
     m, lm = scene.model, env.sim.model._model
     fixtures = {scene.info[n].root_body for n in scene.fixtures}
+    regions = table_region_boxes(scene, task)  # per-task arrays (a union model's sites are its first task's)
     out: dict[str, float] = {}
 
     def note(key, a, b):
         a, b = np.asarray(a, float), np.asarray(b, float)
         out[key] = max(out.get(key, 0.0), float(np.abs(a - b).max()) if a.size else 0.0)
+
+    def match(objtype, prefix, i) -> int:
+        """Our element for LIBERO's element i: by name, or (unnamed geoms and sites) by its body and its place
+        among the body's elements of that type."""
+        name = mujoco.mj_id2name(lm, objtype, i)
+        if name:
+            return mujoco.mj_name2id(m, objtype, name)
+        if prefix not in ("geom", "site"):
+            return -1
+        lb = getattr(lm, f"{prefix}_bodyid")
+        b = m.body(lm.body(int(lb[i])).name).id
+        k = int(np.sum(lb[:i] == lb[i]))
+        ours = np.flatnonzero(getattr(m, f"{prefix}_bodyid") == b)
+        return int(ours[k]) if k < len(ours) else -1
 
     for objtype, (prefix, fields) in FIELDS.items():
         n_l = {mujoco.mjtObj.mjOBJ_BODY: lm.nbody, mujoco.mjtObj.mjOBJ_JOINT: lm.njnt,
@@ -72,7 +89,11 @@ def compare_models(scene: Scene, task: TaskSpec, env) -> dict[str, float]:
                mujoco.mjtObj.mjOBJ_ACTUATOR: lm.nu, mujoco.mjtObj.mjOBJ_CAMERA: lm.ncam}[objtype]
         for i in range(n_l):
             name = mujoco.mj_id2name(lm, objtype, i)
-            j = mujoco.mj_name2id(m, objtype, name) if name else -1
+            if prefix == "site" and name in regions:  # world frame: the arena body is fixed
+                note("table_region_pos", regions[name][0], env.sim.data.site_xpos[i])
+                note("table_region_size", regions[name][1], lm.site_size[i])
+                continue
+            j = match(objtype, prefix, i)
             if j < 0:
                 out[f"missing {prefix}"] = out.get(f"missing {prefix}", 0) + 1
                 continue

@@ -19,6 +19,7 @@ one region name differently.
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 
 import mujoco
@@ -190,7 +191,9 @@ def _base_spec(scene: Scene) -> mujoco.MjSpec:
                 if a.name in names:
                     other.delete(a)
         for e in missing:
-            spec.worldbody.add_frame().attach_body(other.body(e.root_body), "", "")
+            with warnings.catch_warnings():  # LIBERO's names are kept (no prefix); nothing is saved back to XML
+                warnings.filterwarnings("ignore", "Attaching a spec with an empty prefix")
+                spec.worldbody.add_frame().attach_body(other.body(e.root_body), "", "")
             have.add(e.root_body)
     return spec
 
