@@ -33,6 +33,7 @@ At most `replay_per_task` windows per task are stored (the re-implementation sto
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
@@ -74,6 +75,21 @@ def route(router: dict, q: jax.Array, n_experts, groups: int, topk: int) -> jax.
     vals, ids = jax.lax.top_k(c, min(topk, e))
     vals = jnp.where(jnp.isfinite(vals), vals, 0.0)
     return jnp.einsum("bgk,bgke->bge", vals, jax.nn.one_hot(ids, e, dtype=vals.dtype))
+
+
+@lru_cache(maxsize=None)
+def _recall_step(groups: int, topk: int, lr: float, weight_decay: float):
+    """(optimizer, jitted step) of coefficient replay: AdamW (clip 100) on the MSE between the router's dense top-k
+    coefficients and the stored ones."""
+    opt = optax.chain(optax.clip_by_global_norm(100.0), optax.adamw(lr, weight_decay=weight_decay))
+
+    @jax.jit
+    def step(router, o, q, target, n_experts):
+        loss, g = jax.value_and_grad(lambda r: jnp.mean((route(r, q, n_experts, groups, topk) - target) ** 2))(router)
+        u, o = opt.update(g, o, router)
+        return optax.apply_updates(router, u), o, loss
+
+    return opt, step
 
 
 def orthogonal_to(existing: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -226,15 +242,7 @@ def make_dmpel(adapters=DEFAULT_ADAPTERS, topk: int = 3, hidden: int = 256, expe
 
     def recall(router, q, target, n_experts, rng):
         """Coefficient replay: the router fitted to the stored coefficients; the best epoch's router is kept."""
-        opt = optax.chain(optax.clip_by_global_norm(100.0),
-                          optax.adamw(recall_lr, weight_decay=recall_weight_decay))
-
-        @jax.jit
-        def step(r, o, qb, cb):
-            loss, g = jax.value_and_grad(lambda r: jnp.mean((route(r, qb, n_experts, groups, topk) - cb) ** 2))(r)
-            u, o = opt.update(g, o, r)
-            return optax.apply_updates(r, u), o, loss
-
+        opt, step = _recall_step(groups, topk, recall_lr, recall_weight_decay)
         o = opt.init(router)
         best, best_loss, losses = router, np.inf, []
         for _ in range(recall_epochs):
@@ -242,7 +250,7 @@ def make_dmpel(adapters=DEFAULT_ADAPTERS, topk: int = 3, hidden: int = 256, expe
             total = 0.0
             for i in range(0, len(q), recall_batch):
                 idx = perm[i:i + recall_batch]
-                router, o, loss = step(router, o, q[idx], target[idx])
+                router, o, loss = step(router, o, q[idx], target[idx], n_experts)
                 total += float(loss) * len(idx)
             losses.append(total / len(q))
             if losses[-1] < best_loss:

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from clbench_jax.algos.peft import frozen_base, jitted, slot_mask, stage_pass
+from clbench_jax.algos.peft import copy_slot, frozen_base, jitted, slot_mask, stage_pass
 from clbench_jax.algos.protocol import Algorithm
 from clbench_jax.errors import ClbenchError
 from clbench_jax.policies.adapters import AdaptedPolicy, freeze_mask, gather, init_adapters, normalize_spec, step_mean
@@ -126,7 +126,7 @@ def make_iscil(n_bases: int = 20, adapters=DEFAULT_ADAPTERS, kmeans_init: int = 
             p = np.asarray(params["prototypes"][:t])
             pn = p / np.maximum(np.linalg.norm(p, axis=-1, keepdims=True), 1e-12)
             src = int(np.bincount(np.einsum("bd,kmd->bkm", zn, pn).max(-1).argmax(-1), minlength=t).argmax())
-            params = dict(params, adapters=jax.tree.map(lambda a: a.at[t].set(a[src]), params["adapters"]))
+            params = dict(params, adapters=copy_slot(params["adapters"], t, src))
             ctx.log["init_from"] = src
         protos = kmeans(z, n_bases, ctx.rng, n_init=kmeans_init)
         params = dict(params, prototypes=params["prototypes"].at[t].set(protos))

@@ -33,6 +33,16 @@ def jitted(network, method: str):
     return jax.jit(getattr(network, method))
 
 
+def copy_slot(tree, dst: int, src: int, rng: np.random.Generator | None = None, noise: float = 0.0):
+    """Slot `dst` of every leaf (leading slot axis) set to slot `src`, plus N(0, noise^2) drawn from `rng` (host
+    side: no compile per leaf shape)."""
+    def one(a):
+        a = np.array(a)
+        a[dst] = a[src] + (noise * rng.standard_normal(a.shape[1:]) if rng is not None else 0.0)
+        return jnp.asarray(a)
+    return jax.tree.map(one, tree)
+
+
 def stage_pass(ctx, fn, params) -> np.ndarray:
     """fn(params, obs, lang) over one shuffled pass of the stage's training batches, concatenated (numpy)."""
     outs = [np.asarray(fn(params, b["obs"], b["lang"])) for b in ctx.batches(ctx.rng)]

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from clbench_jax.algos.peft import frozen_base, slot_mask
+from clbench_jax.algos.peft import copy_slot, frozen_base, slot_mask
 from clbench_jax.algos.protocol import Algorithm
 from clbench_jax.errors import ClbenchError
 from clbench_jax.policies.adapters import AdaptedPolicy, init_adapters, normalize_spec
@@ -65,11 +65,7 @@ def make_tail(adapters=DEFAULT_ADAPTERS, init: str = "previous", noise: float = 
 
     def start_task(params, state, t, ctx=None):
         if t > 0 and init == "previous":
-            leaves, tree = jax.tree.flatten(params["adapters"])
-            keys = jax.random.split(ctx.key, len(leaves))
-            leaves = [a.at[t].set(a[t - 1] + noise * jax.random.normal(k, a.shape[1:], a.dtype))
-                      for a, k in zip(leaves, keys)]
-            params = dict(params, adapters=jax.tree.unflatten(tree, leaves))
+            params = dict(params, adapters=copy_slot(params["adapters"], t, t - 1, ctx.rng, noise))
         return params, {"task": np.asarray(t, np.int32)}
 
     def select(params, j):

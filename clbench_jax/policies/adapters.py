@@ -169,17 +169,21 @@ def build(layout: Sequence[Layer], fn: Callable[[Layer], Any]) -> dict:
 
 def init_adapters(key, layout: Sequence[Layer], lead: tuple[int, ...] = ()) -> dict:
     """Fresh adapters (optionally `lead`-stacked, e.g. a pool): LoRA A ~ U(-1/sqrt(d_in), 1/sqrt(d_in)) (torch's
-    Linear init, as LoRA's reference code), B = 0; full deltas 0. Every adapter starts as a zero change."""
+    Linear init, as LoRA's reference code), B = 0; full deltas 0. Every adapter starts as a zero change. Numpy
+    arrays drawn on the host from a generator seeded by `key` and the layer's name (no compile per leaf shape)."""
+    seed = np.asarray(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key)
+    lead = tuple(lead)
+
     def one(layer):
         if layer.rank is None:
-            leaf = {"W": jnp.zeros(lead + (layer.d_in, layer.d_out), jnp.float32)}
+            leaf = {"W": np.zeros(lead + (layer.d_in, layer.d_out), np.float32)}
             if layer.bias:
-                leaf["b"] = jnp.zeros(lead + (layer.d_out,), jnp.float32)
+                leaf["b"] = np.zeros(lead + (layer.d_out,), np.float32)
             return leaf
-        k = jax.random.fold_in(key, zlib.crc32(layer.name.encode()))
+        rng = np.random.default_rng([*seed.ravel().tolist(), zlib.crc32(layer.name.encode())])
         bound = 1.0 / np.sqrt(layer.d_in)
-        return {"A": jax.random.uniform(k, lead + (layer.d_in, layer.rank), jnp.float32, -bound, bound),
-                "B": jnp.zeros(lead + (layer.rank, layer.d_out), jnp.float32)}
+        a = rng.uniform(-bound, bound, lead + (layer.d_in, layer.rank)).astype(np.float32)
+        return {"A": a, "B": np.zeros(lead + (layer.rank, layer.d_out), np.float32)}
     return build(layout, one)
 
 
