@@ -222,6 +222,23 @@ def test_dmpel_library_grows_orthogonally_and_coefficient_replay_recalls(policy)
         np.testing.assert_allclose(got, stored, atol=0.15)
 
 
+def test_networks_have_abstract_shapes_and_hash_by_value(policy):
+    """Evaluation restores checkpoints into jax.eval_shape(policy.init) (eval.grid.param_shapes) and sizes memory
+    by acting with those; equal configs give equal (hashable) networks, so compiled steps and rollouts are reused
+    across runs."""
+    b = _batch()
+    for make, kw in ((make_tail, {"adapters": TAIL_SPEC}), (make_l2m, {"pool_size": 3, "adapters": [["attn", 4]]}),
+                     (make_iscil, {"n_bases": 2, "adapters": TAIL_SPEC}), (make_dmpel, {"adapters": DMPEL_SPEC})):
+        net = make(**kw).network(policy, 2)
+        assert net == make(**kw).network(policy, 2) and hash(net) == hash(make(**kw).network(policy, 2))
+        shapes = jax.eval_shape(lambda k: net.init(k, b), jax.random.PRNGKey(0))
+        real = net.init(jax.random.PRNGKey(0), b)
+        assert jax.tree.structure(shapes) == jax.tree.structure(real)
+        assert [s.shape for s in jax.tree.leaves(shapes)] == [np.shape(x) for x in jax.tree.leaves(real)]
+        # the network's own init parameters act too (eval.grid sizes its memory with them)
+        assert jax.eval_shape(lambda p: net.apply(p, b["obs"], b["lang"]), shapes).means.shape == (B, T, 2, 7)
+
+
 # ------------------------------------------------------------------------------------------------ the real loop
 SUITE, K = "libero_goal", 2
 LOOP_TINY = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, gmm_hidden=[32], gmm_modes=2)

@@ -104,7 +104,8 @@ def orthogonal_to(existing: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DMPELPolicy(AdaptedPolicy):
-    """params: {"base", "experts": E_max adapter sets, "router": MLP}; a forward pass also reads "n_experts"."""
+    """params: {"base", "experts": E_max adapter sets, "router": MLP}; a forward pass also reads "n_experts" (the
+    library's size, added by train_params / eval_params; the whole library when absent)."""
 
     max_experts: int = 1
     topk: int = 3
@@ -130,7 +131,8 @@ class DMPELPolicy(AdaptedPolicy):
 
     def coefficients(self, params, obs, lang):
         """The router's dense top-k coefficients (B, G, E_max), evaluation mode (no dropout)."""
-        return route(params["router"], self.query(params, obs, lang), params["n_experts"], self.groups, self.topk)
+        n = params.get("n_experts", self.max_experts)
+        return route(params["router"], self.query(params, obs, lang), n, self.groups, self.topk)
 
     def mixture(self, layout, experts, c):
         def one(layer):

@@ -72,7 +72,7 @@ def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, n_init: int = 10, it
 @dataclass(frozen=True)
 class IsCiLPolicy(AdaptedPolicy):
     """params: {"base", "adapters": K adapter sets, "prototypes": (K, n_bases, D)}; a forward pass also reads
-    "visible" (K,) bool, the tasks retrieval may pick (added by train_params / eval_params)."""
+    "visible" (K,) bool, the tasks retrieval may pick (added by train_params / eval_params; all when absent)."""
 
     n_tasks: int = 1
     n_bases: int = 20
@@ -92,7 +92,8 @@ class IsCiLPolicy(AdaptedPolicy):
         """-> the skill (task) each sample retrieves among the visible ones (B,)."""
         z = _unit(self.query(params, obs, lang))
         sim = jnp.einsum("bd,kmd->bkm", z, _unit(params["prototypes"])).max(-1)
-        return jnp.argmax(jnp.where(params["visible"], (sim + 1.0) / 2.0, -jnp.inf), axis=-1)
+        visible = params.get("visible", jnp.ones(sim.shape[-1], bool))
+        return jnp.argmax(jnp.where(visible, (sim + 1.0) / 2.0, -jnp.inf), axis=-1)
 
     def forward(self, params, obs, lang, key, train):
         idx = self.retrieve(params, obs, lang)

@@ -38,7 +38,8 @@ DEFAULT_ADAPTERS = (("attn", 16), ("encoder", 8), ("fusion", "full"), ("proprio"
 
 @dataclass(frozen=True)
 class TAILPolicy(AdaptedPolicy):
-    """params for a forward pass: {"base", "adapter": one task's adapter set}."""
+    """params for a forward pass: {"base", "adapter": one task's adapter set} (train_params / eval_params pick
+    it); the network's own init parameters act with task 0's."""
 
     n_tasks: int = 1
 
@@ -46,7 +47,8 @@ class TAILPolicy(AdaptedPolicy):
         return {"adapters": init_adapters(key, self.layout(base_params), (self.n_tasks,))}
 
     def forward(self, params, obs, lang, key, train):
-        return self.run(params["base"], obs, lang, params["adapter"], key, train), jnp.zeros((), jnp.float32)
+        adapter = params["adapter"] if "adapter" in params else jax.tree.map(lambda a: a[0], params["adapters"])
+        return self.run(params["base"], obs, lang, adapter, key, train), jnp.zeros((), jnp.float32)
 
 
 def make_tail(adapters=DEFAULT_ADAPTERS, init: str = "previous", noise: float = 1e-3, scale: float = 1.0) -> Algorithm:

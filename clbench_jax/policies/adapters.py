@@ -171,7 +171,10 @@ def init_adapters(key, layout: Sequence[Layer], lead: tuple[int, ...] = ()) -> d
     """Fresh adapters (optionally `lead`-stacked, e.g. a pool): LoRA A ~ U(-1/sqrt(d_in), 1/sqrt(d_in)) (torch's
     Linear init, as LoRA's reference code), B = 0; full deltas 0. Every adapter starts as a zero change. Numpy
     arrays drawn on the host from a generator seeded by `key` and the layer's name (no compile per leaf shape)."""
-    seed = np.asarray(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key)
+    try:
+        seed = np.asarray(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key)
+    except jax.errors.TracerArrayConversionError:  # abstract evaluation (jax.eval_shape): only shapes matter
+        seed = np.zeros(2, np.uint32)
     lead = tuple(lead)
 
     def one(layer):
