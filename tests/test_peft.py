@@ -375,3 +375,28 @@ def _batch_for_loop(demos):
     b = policy_batch(ds.gather(np.arange(1)), np.zeros((K, 384), np.float32), "state")
     ds.close()
     return b
+
+
+@pytest.mark.slow
+def test_dmpel_run_killed_after_a_stage_resumes_to_the_same_numbers(pretrained, tmp_path):
+    """The library, router, replay buffer and optimizer come back from the stage checkpoint: a run killed after
+    stage 0 and resumed ends with the uninterrupted run's metrics and parameters."""
+    from clbench_jax.lifelong.config import make_config
+    from clbench_jax.lifelong.loop import run_lifelong
+
+    demos, base_dir = pretrained
+    cfg = make_config(dict(BASE, algo="dmpel", demos_dir=demos, pretrained=base_dir,
+                           algo_kwargs=METHOD_KWARGS["dmpel"]))
+    full = run_lifelong(cfg, str(tmp_path / "full"), progress=False)
+
+    def die(stage, record):
+        if stage == 0:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_lifelong(cfg, str(tmp_path / "killed"), callbacks=[die], progress=False)
+    resumed = run_lifelong(cfg, str(tmp_path / "killed"), progress=False)
+    for k in ("success_matrix", "curves", "losses", "fwt", "nbt", "auc"):
+        assert resumed[k] == full[k], k
+    assert resumed["logs"][1]["recall_losses"] == full["logs"][1]["recall_losses"]
+    assert _same(_stage_params(str(tmp_path / "full"), K - 1), _stage_params(str(tmp_path / "killed"), K - 1))
