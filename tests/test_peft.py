@@ -16,21 +16,10 @@ from clbench_jax.algos.train import OptimConfig, make_optimizer, make_train_step
 from clbench_jax.policies import make_bc_transformer
 from clbench_jax.policies.adapters import step_mean
 
-B, T, E = 3, 3, 4
-TINY = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, seq_len=T, gmm_hidden=(32,),
-            gmm_modes=2, dropout=0.0)
+from test_adapters import TINY_T as TINY, B, _batch  # the same tiny policy and batches
+
 TAIL_SPEC = [["attn", 4], ["encoder", 2], ["fusion", "full"], ["proprio", "full"], ["head", "full"]]
 DMPEL_SPEC = [["gmm/logits", "full"], ["proprio", "full"], ["attn", 4], ["encoder", 2], ["fusion", 4], ["head", 4]]
-
-
-def _batch(seed=0, n=B):
-    rng = np.random.default_rng(seed)
-    obs = {"joint_states": rng.normal(size=(n, T, 7)).astype(np.float32),
-           "gripper_states": rng.normal(size=(n, T, 2)).astype(np.float32),
-           "ee_pos": rng.normal(size=(n, T, 3)).astype(np.float32),
-           "tokens": rng.normal(size=(n, T, E, 32)).astype(np.float32), "token_mask": np.ones((n, T, E), bool)}
-    return {"obs": obs, "lang": rng.normal(size=(n, 384)).astype(np.float32),
-            "actions": rng.uniform(-0.9, 0.9, (n, T, 7)).astype(np.float32), "mask": np.ones((n, T), bool)}
 
 
 @pytest.fixture(scope="module")
@@ -210,16 +199,18 @@ def test_dmpel_library_grows_orthogonally_and_coefficient_replay_recalls(policy)
             assert _same(jax.tree.map(lambda a: a[:t], old), jax.tree.map(lambda a: a[:t], new))  # frozen experts
         assert _same(base0, params["base"])
         stored_before = int(state["size"])
+        unreplayed = algo.eval_params(params, state, 0)  # the router as the task left it, before the replay
         params, state = algo.end_task(params, state, t, (ctx := _ctx(net, stages, t)))
         assert int(state["size"]) == stored_before + B
         if t > 0:  # coefficient replay: the router learns the stored coefficients of every task so far
             losses = ctx.log["recall_losses"]
             assert losses[-1] < 0.2 * losses[0]
     full = algo.eval_params(params, state, 0)
-    for s in range(3):
-        got = np.asarray(net.coefficients(full, stages[s]["obs"], stages[s]["lang"]))
+    for s in range(2):  # the replayed router reproduces the earlier tasks' stored coefficients, the unreplayed not
         stored = np.asarray(state["coeff"][s * B:(s + 1) * B])
-        np.testing.assert_allclose(got, stored, atol=0.15)
+        err = np.abs(np.asarray(net.coefficients(full, stages[s]["obs"], stages[s]["lang"])) - stored).mean()
+        before = np.abs(np.asarray(net.coefficients(unreplayed, stages[s]["obs"], stages[s]["lang"])) - stored).mean()
+        assert err < 0.05 and err < 0.3 * before, (s, err, before)
 
 
 def test_networks_have_abstract_shapes_and_hash_by_value(policy):

@@ -123,8 +123,7 @@ class DMPELPolicy(AdaptedPolicy):
         return jnp.concatenate(feats, -1)
 
     def init_own(self, key, base_params, example_batch):
-        obs = example_batch["obs"] if "obs" in example_batch else example_batch
-        d = jax.eval_shape(self.query, {"base": base_params}, obs, example_batch["lang"]).shape[-1]
+        d = self.query_dim(base_params, example_batch)
         k_exp, k_router = jax.random.split(key)
         return {"experts": init_adapters(k_exp, self.layout(base_params), (self.max_experts,)),
                 "router": router_init(k_router, d, self.hidden, self.groups * self.max_experts, 1, self.topk)}

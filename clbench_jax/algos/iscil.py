@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -83,8 +82,7 @@ class IsCiLPolicy(AdaptedPolicy):
         return jnp.concatenate([lang.astype(jnp.float32), feat], -1)
 
     def init_own(self, key, base_params, example_batch):
-        obs = example_batch["obs"] if "obs" in example_batch else example_batch
-        d = jax.eval_shape(self.query, {"base": base_params}, obs, example_batch["lang"]).shape[-1]
+        d = self.query_dim(base_params, example_batch)
         return {"adapters": init_adapters(key, self.layout(base_params), (self.n_tasks,)),
                 "prototypes": jnp.zeros((self.n_tasks, self.n_bases, d), jnp.float32)}
 

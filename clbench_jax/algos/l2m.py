@@ -47,16 +47,19 @@ class L2MPolicy(AdaptedPolicy):
     pool_size: int = 30
     pull: float = 0.5
 
+    def query(self, params, obs, lang):
+        """q: the step-mean of the frozen base's features (B, E)."""
+        return step_mean(self.features(params["base"], obs, lang), obs)
+
     def init_own(self, key, base_params, example_batch):
-        obs = example_batch["obs"] if "obs" in example_batch else example_batch
-        e = jax.eval_shape(self.features, base_params, obs, example_batch["lang"]).shape[-1]
         k_keys, k_pool = jax.random.split(key)
+        e = self.query_dim(base_params, example_batch)
         return {"keys": jax.random.uniform(k_keys, (self.pool_size, e), jnp.float32, -1.0, 1.0),
                 "pool": init_adapters(k_pool, self.layout(base_params), (self.pool_size,))}
 
     def match(self, params, obs, lang):
         """-> (selected modulator per sample (B,), the pull term mean_b cos(q_b, k_sel))."""
-        q = _unit(step_mean(self.features(params["base"], obs, lang), obs))
+        q = _unit(self.query(params, obs, lang))
         k = _unit(params["keys"])
         sim = q @ k.T
         score = sim if "usage" not in params else (sim + 1.0) / 2.0 * params["usage"]

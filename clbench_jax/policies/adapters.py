@@ -298,6 +298,11 @@ class AdaptedPolicy:
     def init_own(self, key, base_params, example_batch) -> dict:
         raise NotImplementedError
 
+    def query_dim(self, base_params, example_batch) -> int:
+        """Width of the subclass's `query(params, obs, lang)` (abstract evaluation, no compute)."""
+        obs, lang = _split(example_batch)
+        return jax.eval_shape(self.query, {"base": base_params}, obs, lang).shape[-1]
+
     def forward(self, params, obs, lang, key, train: bool):
         raise NotImplementedError
 
