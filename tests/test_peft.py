@@ -16,7 +16,7 @@ from clbench_jax.algos.train import OptimConfig, make_optimizer, make_train_step
 from clbench_jax.policies import make_bc_transformer
 from clbench_jax.policies.adapters import step_mean
 
-from test_adapters import TINY_T as TINY, B, _batch  # the same tiny policy and batches
+from test_adapters import TINY_T as TINY, B, T, _batch  # the same tiny policy and batches
 
 TAIL_SPEC = [["attn", 4], ["encoder", 2], ["fusion", "full"], ["proprio", "full"], ["head", "full"]]
 DMPEL_SPEC = [["gmm/logits", "full"], ["proprio", "full"], ["attn", 4], ["encoder", 2], ["fusion", 4], ["head", 4]]

@@ -2,9 +2,9 @@
 Learning with Large Pretrained Models", ICLR 2024).
 
 Followed from the paper: the pretrained policy stays frozen; every new task trains its own parameter-efficient
-adapters, LoRA being the paper's best variant (Sec. 4.2, the LoRA update W0 x + B A x with B A low rank; A random,
+adapters, LoRA being the paper's best variant (the LoRA update h = W0 x + B A x, Hu et al. 2022 Eq. 3; A random,
 B zero at init); the adapters of a finished task are stored and never trained again, and acting on task j attaches
-task j's adapters: the task identity is given at evaluation (Sec. 5's continual setting).
+task j's adapters: the task identity is given at evaluation (the paper's continual setting).
 
 From DMPEL's public re-implementation on LIBERO (kavinwkp/DMPEL: algos/tail.py, models/bc_foundation_tail_policy.py,
 configs/policy/bc_foundation_tail_policy.yaml), the default here:
