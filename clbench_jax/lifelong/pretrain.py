@@ -91,17 +91,21 @@ def pretrain(cfg, out_dir: str, *, progress: bool = True) -> dict:
     from clbench_jax.algos.train import OptimConfig, cosine_lr, make_optimizer, make_train_step
     from clbench_jax.lifelong.checkpoints import StageCheckpoints
     from clbench_jax.lifelong.data import has_demos, open_dataset, policy_batch
-    from clbench_jax.lifelong.loop import (DEFAULT_SEQ_LEN, _check_config, derive_key, derive_rng, make_base_policy,
-                                           run_tasks, task_embeddings)
+    from clbench_jax.jsonio import check_writable, write_text
+    from clbench_jax.lifelong.loop import (DEFAULT_SEQ_LEN, _config_to_write, derive_key, derive_rng,
+                                           make_base_policy, run_tasks, task_embeddings)
 
     if cfg.pretrained:
         raise PretrainedError("a pretraining run starts from scratch; drop `pretrained`", field="pretrained")
     cfg = dataclasses.replace(cfg, algo="multitask")
-    os.makedirs(out_dir, exist_ok=True)
-    _check_config(out_dir, cfg)
+    check_writable(out_dir, folder=True, field="out")
+    config_text = _config_to_write(out_dir, cfg)  # written once the demos are known to load
     tasks = [t for t in run_tasks(cfg) if cfg.missing_demos == "error" or has_demos(cfg.demos_dir, t)]
     policy = make_base_policy(cfg)
     ds = open_dataset(cfg.demos_dir, tasks, cfg.obs, getattr(policy.cfg, "seq_len", DEFAULT_SEQ_LEN))
+    os.makedirs(out_dir, exist_ok=True)
+    if config_text is not None:
+        write_text(os.path.join(out_dir, "config.yaml"), config_text)
     langs = task_embeddings(tasks, cfg)
     root = jax.random.PRNGKey(cfg.seed)
     params = policy.init(derive_key(root, "init"), policy_batch(ds.gather(np.arange(1)), langs, cfg.obs))
