@@ -1,5 +1,7 @@
 """Train-step throughput of the BC policies (BC-RNN, BC-Transformer, BC-ViLT; state and RGB), with LIBERO's own
-PyTorch policies timed on the same batch shapes as the peer.
+PyTorch policies timed on the same batch shapes as the peer; `--algos` adds rows for the lifelong algorithms' steps
+(l2m, tail, iscil, dmpel: the frozen base plus the method's adapters, retrieval and routing, with their default
+settings, after the first task's start_task on the benchmark batch, in a 10-task run).
 
 What is timed: the jitted step of clbench_jax.algos.train.make_train_step (sequential fine-tuning: GMM NLL over the
 policy in train mode, dropout on, gradient clipped at global norm 100, AdamW lr 1e-4 wd 1e-4; RGB mode also runs
@@ -15,6 +17,8 @@ Usage:
   python benchmarks/train_throughput.py                        # full grid + peer BC-Transformer at batch 32
   python benchmarks/train_throughput.py --policies transformer --modes rgb --batches 32 --steps 3
   python benchmarks/train_throughput.py --resume               # keep finished rows of an interrupted run
+  python benchmarks/train_throughput.py --policies transformer --modes state --batches 32 --peer-python '' \
+      --algos seqft,l2m,tail,iscil,dmpel --out benchmarks/results/train_throughput_methods_cpu.json
 Writes benchmarks/results/train_throughput_cpu.json (atomic, after every row) and prints a table.
 """
 
@@ -71,27 +75,35 @@ def _mem_available() -> int:
     return 1 << 62
 
 
+N_TASKS = 10  # a LIBERO suite's tasks: the size of the per-task adapter banks and DMPEL's library
+
+
 def run_one(policy: str, mode: str, b: int, steps: int, warmup: int, t: int, img: int, lang_dim: int,
-            profile: str | None = None) -> dict:
+            profile: str | None = None, algo_name: str = "seqft") -> dict:
     """Time one configuration in this process -> row dict (`profile`: a jax.profiler trace of the timed steps)."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
-    from clbench_jax.algos import make_seqft
+    from clbench_jax.algos import TaskContext, make_algorithm
     from clbench_jax.algos.train import make_optimizer, make_train_step
     from clbench_jax.policies import make_bc_rnn, make_bc_transformer, make_bc_vilt
 
     pol = {"transformer": make_bc_transformer, "rnn": make_bc_rnn, "vilt": make_bc_vilt}[policy](mode)
     batch = jax.tree_util.tree_map(jnp.asarray, make_batch(mode, b, t, img, lang_dim))
-    params = pol.init(jax.random.PRNGKey(0), batch)
+    algo = make_algorithm(algo_name)
+    net = pol if algo.network is None else algo.network(pol, N_TASKS)
+    params = net.init(jax.random.PRNGKey(0), batch)
+    state = algo.init(params, N_TASKS)
+    ctx = TaskContext(stage=0, n_windows=b, batches=lambda rng: iter([batch]), grad=None, fit=None,
+                      rng=np.random.default_rng(0), key=jax.random.PRNGKey(0), policy=net, gather=None)
+    params, state = algo.start_task(params, state, 0, ctx)
     opt = make_optimizer()
     opt_state = opt.init(params)
-    algo = make_seqft()
-    state = algo.init(params, 1)
-    step = make_train_step(pol, algo, opt, augment=(mode == "rgb"))
+    step = make_train_step(net, algo, opt, augment=(mode == "rgb"))
     lr = jnp.float32(1e-4)
 
-    key = {"policy": policy, "framework": "jax", "obs": mode, "batch": b}
+    key = {"policy": policy, "framework": "jax", "obs": mode, "batch": b, "algo": algo_name}
     t0 = time.perf_counter()
     step = step.lower(params, opt_state, state, batch, jax.random.PRNGKey(1), lr).compile()
     compile_s = time.perf_counter() - t0
@@ -119,8 +131,12 @@ def run_one(policy: str, mode: str, b: int, steps: int, warmup: int, t: int, img
     if profile:
         jax.profiler.stop_trace()
     med = sorted(times)[len(times) // 2]
+    mask = algo.grad_mask(params, state)
+    trainable = (sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params)) if mask is None else
+                 sum(int(np.sum(np.broadcast_to(np.asarray(m), np.shape(x))))
+                     for x, m in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(mask))))
     return {**key, "seq_len": t, "needs_gib": need / 2**30,
-            "params": int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
+            "params": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params))), "trainable": trainable,
             "compile_s": compile_s, "steps": steps, "step_s_median": med, "step_s_all": times,
             "steps_per_s": 1.0 / med, "samples_per_s": b / med, "cpu_s_per_step": sorted(cpu)[len(cpu) // 2],
             "loss": float(info["loss"]), "loadavg_1min": os.getloadavg()[0],
@@ -142,19 +158,22 @@ def _subprocess_row(cmd: list[str], key: dict, timeout: float) -> dict:
 
 
 def _key(r: dict) -> tuple:
-    return (r["framework"] != "jax", r["policy"], r["obs"], r["batch"])
+    return (r["framework"] != "jax", r["policy"], r["obs"], r["batch"], r.get("algo", "seqft"))
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| policy | obs | batch | framework | steps/s | samples/s | step (s) | CPU-s / step | load | compile (s) "
-           "| peak RSS (MiB) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["policy"], r["obs"], r["batch"], r["framework"] != "jax")):
+    out = ["| policy | obs | batch | algo | framework | steps/s | samples/s | step (s) | CPU-s / step | load "
+           "| compile (s) | peak RSS (MiB) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["policy"], r["obs"], r["batch"], r["framework"] != "jax",
+                                         r.get("algo", "seqft"))):
+        algo = r.get("algo", "seqft")
         if "error" in r:
-            out.append(f"| {r['policy']} | {r['obs']} | {r['batch']} | {r['framework']} | -- | -- | -- | -- | -- | -- | "
-                       f"miss: {r['error'][:60]} |")
+            out.append(f"| {r['policy']} | {r['obs']} | {r['batch']} | {algo} | {r['framework']} | -- | -- | -- | -- "
+                       f"| -- | -- | miss: {r['error'][:60]} |")
             continue
         comp = f"{r['compile_s']:.1f}" if "compile_s" in r else "--"
-        out.append(f"| {r['policy']} | {r['obs']} | {r['batch']} | {r['framework']} | {r['steps_per_s']:.3f} | "
+        out.append(f"| {r['policy']} | {r['obs']} | {r['batch']} | {algo} | {r['framework']} | "
+                   f"{r['steps_per_s']:.3f} | "
                    f"{r['samples_per_s']:.1f} | {r['step_s_median']:.2f} | {r['cpu_s_per_step']:.2f} | "
                    f"{r['loadavg_1min']:.0f} | {comp} | {r['peak_rss_mib']:.0f} |")
     return "\n".join(out)
@@ -163,7 +182,8 @@ def table(rows: list[dict]) -> str:
 def ratios(rows: list[dict]) -> list[dict]:
     """JAX over LIBERO's torch for each (policy, rgb, batch) measured by both: steps/s (wall) and CPU-s per step
     (steadier when other jobs share the cores)."""
-    jax_rows = {(r["policy"], r["obs"], r["batch"]): r for r in rows if r["framework"] == "jax" and "error" not in r}
+    jax_rows = {(r["policy"], r["obs"], r["batch"]): r for r in rows
+                if r["framework"] == "jax" and "error" not in r and r.get("algo", "seqft") == "seqft"}
     out = []
     for r in rows:
         if r["framework"] == "jax" or "error" in r:
@@ -181,6 +201,7 @@ def main(argv=None) -> None:
     ap.add_argument("--policies", default="rnn,transformer,vilt")
     ap.add_argument("--modes", default="state,rgb")
     ap.add_argument("--batches", default="32,256")
+    ap.add_argument("--algos", default="seqft", help="lifelong algorithms whose train step to time (comma list)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seq-len", type=int, default=10)
@@ -201,8 +222,9 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
 
     if a.one:
-        policy, mode, b = a.one.split(",")
-        print(json.dumps(run_one(policy, mode, int(b), a.steps, a.warmup, a.seq_len, a.img, a.lang_dim, a.profile)))
+        policy, mode, b, algo = a.one.split(",")
+        print(json.dumps(run_one(policy, mode, int(b), a.steps, a.warmup, a.seq_len, a.img, a.lang_dim, a.profile,
+                                 algo)))
         return
 
     from tqdm import tqdm
@@ -210,30 +232,34 @@ def main(argv=None) -> None:
     from common import machine, write_json
 
     split = lambda s: [x for x in s.split(",") if x]
-    todo = [("jax", p, m, int(b)) for p in split(a.policies) for m in split(a.modes) for b in split(a.batches)]
+    todo = [("jax", p, m, int(b), al) for p in split(a.policies) for m in split(a.modes) for b in split(a.batches)
+            for al in split(a.algos)]
     if a.peer_python:
-        todo += [("torch (LIBERO)", p, "rgb", int(b)) for p in split(a.peer_policies) for b in split(a.peer_batches)]
+        todo += [("torch (LIBERO)", p, "rgb", int(b), "seqft") for p in split(a.peer_policies)
+                 for b in split(a.peer_batches)]
     rows, peer_versions = [], None
     if a.resume and Path(a.out).exists():  # keep every old row except the misses this run tries again
         old = json.loads(Path(a.out).read_text())
-        again = {(fw != "jax", p, m, b) for fw, p, m, b in todo}
+        again = {(fw != "jax", p, m, b, al) for fw, p, m, b, al in todo}
         rows = [r for r in old.get("rows", []) if "error" not in r or _key(r) not in again]
         peer_versions = old.get("peer")
     done = {_key(r) for r in rows}
     common_args = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--seq-len", str(a.seq_len),
                    "--img", str(a.img), "--lang-dim", str(a.lang_dim)]
     info = {"machine": machine(), "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
-            "what": "one jitted train step (seqft: GMM NLL, dropout, clip 100, AdamW 1e-4/1e-4; RGB: + augment_batch) "
-                    "vs LIBERO's Sequential.observe (compute_loss with augmentation, backward, clip 100, AdamW)",
+            "what": "one jitted train step (seqft: GMM NLL, dropout, clip 100, AdamW 1e-4/1e-4; RGB: + augment_batch; "
+                    "other algos: their step with default settings, 10-task banks) vs LIBERO's Sequential.observe "
+                    "(compute_loss with augmentation, backward, clip 100, AdamW)",
             "n_object_tokens": N_TOKENS, "seq_len": a.seq_len, "img": a.img, "lang_dim": a.lang_dim}
-    bar = tqdm([x for x in todo if (x[0] != "jax", x[1], x[2], x[3]) not in done], desc="configs", unit="cfg")
-    for fw, p, m, b in bar:
-        bar.set_postfix_str(f"{fw} {p} {m} b{b}")
-        key = {"policy": p, "framework": fw, "obs": m, "batch": b}
+    bar = tqdm([x for x in todo if (x[0] != "jax", x[1], x[2], x[3], x[4]) not in done], desc="configs",
+               unit="cfg")
+    for fw, p, m, b, al in bar:
+        bar.set_postfix_str(f"{fw} {p} {m} b{b} {al}")
+        key = {"policy": p, "framework": fw, "obs": m, "batch": b, "algo": al}
         if fw == "jax":
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--one", f"{p},{m},{b}", *common_args]
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--one", f"{p},{m},{b},{al}", *common_args]
             if a.profile:
-                cmd += ["--profile", os.path.join(a.profile, f"{p}_{m}_{b}")]
+                cmd += ["--profile", os.path.join(a.profile, f"{p}_{m}_{b}_{al}")]
             row = _subprocess_row(cmd, key, a.timeout)
         else:
             cmd = [a.peer_python, str(ROOT / "benchmarks/libero_train_peer.py"), "--policies", PEER_NAMES[p],
@@ -241,7 +267,7 @@ def main(argv=None) -> None:
             out = _subprocess_row(cmd, key, a.timeout)
             if "results" in out:
                 peer_versions = {**out["versions"], "torch_threads": out["torch_threads"]}
-                row = {**out["results"][0], "policy": p}
+                row = {**out["results"][0], "policy": p, "algo": al}
             else:
                 row = out
         rows.append(row)

@@ -64,3 +64,11 @@ class PhysicsError(ClbenchError):
 
 class ObservationError(ClbenchError, ValueError):
     """An observation batch handed to a policy or augmentation lacks a key or has the wrong shape or dtype."""
+
+
+class AdapterError(ClbenchError, ValueError):
+    """An adapter spec that cannot be built on a policy (a LoRA rank larger than the layer, an unknown layer)."""
+
+
+class PretrainedError(ClbenchError):
+    """A pretrained checkpoint that is missing, unfinished, or made for another policy."""

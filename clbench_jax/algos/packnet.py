@@ -59,7 +59,7 @@ def make_packnet(prune_perc: float = 0.75, post_prune_epochs: int = 50) -> Algor
             return jnp.asarray(_name(p) not in FROZEN_LEAVES)
         return jax.tree_util.tree_map_with_path(m, params, state["owner"])
 
-    def start_task(params, state, t):
+    def start_task(params, state, t, ctx=None):
         owner = jax.tree.map(lambda o: np.where(np.asarray(o) == 0, t + 1, np.asarray(o)).astype(np.int32),
                              state["owner"])
         # Non-prunable placeholders are 0-d: their value never matters.

@@ -50,7 +50,8 @@ def make_train_step(policy, algo: Algorithm, optimizer: optax.GradientTransforma
                     augment: bool = False):
     """-> jitted step(params, opt_state, algo_state, batch, key, lr) -> (params, opt_state, info).
 
-    loss = BC NLL + algo.penalty; gradients clipped by global norm before AdamW (as torch clip_grad_norm_ then
+    loss = BC NLL of the network on algo.train_params(params, state) (plus a network's auxiliary loss) +
+    algo.penalty; gradients clipped by global norm before AdamW (as torch clip_grad_norm_ then
     step); algo.grad_mask multiplies the final updates, so masked weights stay exactly where they are (no weight
     decay either). `mask_padding` drops padded steps from the NLL (LIBERO keeps them: default off). `augment` applies
     clbench_jax.policies.augment.augment_batch to the image keys (RGB mode)."""
@@ -64,7 +65,7 @@ def make_train_step(policy, algo: Algorithm, optimizer: optax.GradientTransforma
             batch = dict(batch, obs=aug(k_aug, batch["obs"]))
         if not mask_padding:
             batch = {k: v for k, v in batch.items() if k != "mask"}
-        bc = policy.loss(params, batch, k_drop, train=True)
+        bc = policy.loss(algo.train_params(params, state), batch, k_drop, train=True)
         return bc + algo.penalty(params, state), bc
 
     @jax.jit

@@ -18,7 +18,7 @@ POLICIES = ("bc_transformer", "bc_rnn", "bc_vilt")
 @dataclass(frozen=True)
 class TrainConfig:
     suite: str = "libero_goal"
-    algo: str = "er"                 # seqft | er | ewc | packnet | multitask
+    algo: str = "er"                 # seqft | er | ewc | packnet | multitask | l2m | tail | iscil | dmpel
     policy: str = "bc_transformer"   # bc_transformer | bc_rnn | bc_vilt
     obs: str = "state"               # state (proprio + object tokens) | rgb (two 128 px cameras + proprio)
     order: int = 0                   # LIBERO task order 0..20
@@ -48,6 +48,8 @@ class TrainConfig:
     image_size: int = 128
     eval_seed: int = 0               # seed of the fixed initial-state bank every evaluation uses
     missing_demos: str = "error"     # a demo file with 0 demos: error | skip (its stage trains nothing; reported)
+    pretrained: str | None = None    # folder of a `clbench pretrain` run: the policy's starting parameters (the
+                                     # frozen base of l2m / tail / iscil / dmpel; fine-tuned by the others)
     policy_kwargs: dict = field(default_factory=dict)
     algo_kwargs: dict = field(default_factory=dict)
 

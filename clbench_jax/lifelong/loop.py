@@ -50,6 +50,17 @@ def _tuples(x):
 
 
 def make_policy(cfg: TrainConfig):
+    """The network a run trains and acts with: the configured BC policy, wrapped by the algorithm's network when it
+    has one (the parameter-efficient methods: a frozen base plus adapters, clbench_jax.policies.adapters)."""
+    from clbench_jax.algos import make_algorithm
+
+    base = make_base_policy(cfg)
+    algo = make_algorithm(cfg.algo, **cfg.algo_kwargs)
+    return base if algo.network is None else algo.network(base, len(run_tasks(cfg)))
+
+
+def make_base_policy(cfg: TrainConfig):
+    """The configured BC policy (bc_transformer | bc_rnn | bc_vilt) itself."""
     from clbench_jax.policies import bc
 
     factory = {"bc_transformer": bc.make_bc_transformer, "bc_rnn": bc.make_bc_rnn,
@@ -215,9 +226,12 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
     from clbench_jax.lifelong.checkpoints import StageCheckpoints
 
     from clbench_jax.jsonio import check_writable
+    from clbench_jax.lifelong.pretrain import check_pretrained, load_pretrained
 
     # Everything is checked before the folder is written: a failed start leaves nothing that blocks the rerun.
     check_writable(out_dir, folder=True, field="out")
+    if cfg.pretrained:
+        check_pretrained(cfg)  # before any long work: the checkpoint exists, is finished, fits the policy
     config_text = _config_to_write(out_dir, cfg)
     tasks = run_tasks(cfg)
     n_tasks = len(tasks)
@@ -247,6 +261,8 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
     first = next(s for s, ds in enumerate(datasets) if ds is not None)
     params = policy.init(derive_key(root, "init"),
                          policy_batch(datasets[first].gather(np.arange(1)), langs[train_groups[first]], cfg.obs))
+    if cfg.pretrained:
+        params = load_pretrained(cfg, policy, params)
     state = algo.init(params, n_tasks)
     os.makedirs(out_dir, exist_ok=True)
     if config_text is not None:
@@ -276,6 +292,12 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
             w = pairs[pairs[:, 0] == u, 1]
             parts.append(policy_batch(datasets[u].gather(w), langs[train_groups[u]], cfg.obs))
         return concat_batches(parts)
+
+    def context(s, purpose):
+        """What start_task / end_task of stage s may use: the stage's data, gradients, keys, the network."""
+        return TaskContext(stage=s, n_windows=len(datasets[s]), batches=lambda rng: batches(s, rng),
+                           grad=loss_grad, fit=None, rng=derive_rng(cfg.seed, purpose, s),
+                           key=derive_key(root, purpose, s), policy=policy, gather=replay_batch)
 
     def fit(params, state, s, epochs, train_epoch0, tag):
         """LIBERO's learn_one_task (train_epoch0=False) or PackNet's post-prune fine-tuning (True)."""
@@ -343,11 +365,11 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
             ckpt.save(s, {"params": params, "algo_state": state, "opt_state": opt_state}, record)
             write_json(os.path.join(out_dir, "metrics.json"), summarize(cfg, tasks, record, complete=False))
             continue
-        params, state = algo.start_task(params, state, s)
+        begin = context(s, "start_task")
+        params, state = algo.start_task(params, state, s, begin)
         params, opt_state, info = fit(params, state, s, cfg.epochs, False, "main")
-        ctx = TaskContext(stage=s, n_windows=len(datasets[s]), batches=lambda rng, s=s: batches(s, rng),
-                          grad=loss_grad, fit=None, rng=derive_rng(cfg.seed, "end_task", s),
-                          key=derive_key(root, "end_task", s))
+        ctx = context(s, "end_task")
+        ctx.log.update(begin.log)
 
         def post_fit(p, st, epochs, s=s, ctx=ctx):
             p, _, post = fit(p, st, s, epochs, True, "post")

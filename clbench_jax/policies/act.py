@@ -71,6 +71,9 @@ def make_policy_fn(policy, *, stacked: bool = False, deterministic: bool = False
     keys_needed = obs_keys(policy)
 
     def act(params, window, lang, pos, keys):
+        b, t = next(iter(window.values())).shape[:2]
+        # which steps of the window hold observations (read by adapted policies' queries; base policies ignore it)
+        window = dict(window, step_mask=jnp.broadcast_to(jnp.arange(t) <= pos, (b, t)))
         dist = policy.apply(params, window, lang, None, train=False)
         dist = jax.tree.map(lambda x: x[:, pos], dist)  # (B, K, A...) at the newest step
         if deterministic:
