@@ -48,7 +48,11 @@ SMALL = {"state": dict(embed_dim=32, num_layers=1, num_heads=2, head_dim=16, mlp
 
 # ------------------------------------------------------------------------------------ (a) per-env worker pool
 def _worker(conn, model, nsub: int, image_size: int):
-    """One environment in its own process: reset, step (n substeps of one control), render on request."""
+    """One environment in its own process: reset, step (n substeps of one control, the OSC callback computing the
+    arm's torques at each), render on request."""
+    from clbench_jax.sim.native import install_controller
+
+    install_controller()
     d = mujoco.MjData(model)
     renderer = None
     while True:
@@ -59,8 +63,11 @@ def _worker(conn, model, nsub: int, image_size: int):
             d.mocap_pos[:], d.mocap_quat[:] = mocap[:, :3], mocap[:, 3:]
             mujoco.mj_forward(model, d)
         elif cmd == "step":
-            d.ctrl[:] = arg
-            for _ in range(nsub):
+            ctrl, udata = arg
+            if udata is not None:
+                d.userdata[:] = udata
+            for k in range(nsub):
+                d.ctrl[:] = ctrl[k]
                 mujoco.mj_step(model, d)
         elif cmd == "render":
             if renderer is None:
@@ -106,8 +113,9 @@ class PoolWorlds:
 
     def __init__(self, model, n, n_substeps, nthread=None):
         self.m, self.n, self.conns = model, n, POOL.conns[:n]
-        self.nstate = mujoco.mj_stateSize(model, FULL)
+        self.nstate, self.nsub = mujoco.mj_stateSize(model, FULL), n_substeps
         self.state, self.mocap = np.zeros((n, self.nstate)), np.zeros((n, model.nmocap, 7))
+        self.diverged = np.zeros(n, bool)
 
     def _gather(self):
         out = [c.recv() for c in self.conns]
@@ -120,10 +128,15 @@ class PoolWorlds:
             c.send(("reset", (s, m)))
         return self._gather()
 
-    def step(self, ctrl, active=None):  # LIBERO's loop steps every env until all are done: `active` is ignored
-        for c, u in zip(self.conns, np.asarray(ctrl, np.float64)):
-            c.send(("step", u))
+    def step(self, ctrl, userdata=None, active=None):  # LIBERO's loop steps every env until all are done
+        ctrl = np.asarray(ctrl, np.float64)
+        ctrl = np.repeat(ctrl[:, None], self.nsub, 1) if ctrl.ndim == 2 else ctrl
+        for i, c in enumerate(self.conns):
+            c.send(("step", (ctrl[i], None if userdata is None else np.asarray(userdata[i], np.float64))))
         return self._gather()
+
+    def qpos(self):
+        return self.state[:, 1:1 + self.m.nq]
 
     def qvel_max(self):
         nq = self.m.nq
@@ -173,7 +186,8 @@ def libero_way(spec, checkpoints, policy, embeddings, n_envs: int):
                 n = sl.stop - sl.start
                 batch = rollout.EpisodeBatch(task_ids=np.full(n, scene.task_index(task.name)),
                                              goals=jax.tree.map(lambda x: np.stack([x[None]] * n), goal),
-                                             state=bank.state[sl], mocap=bank.mocap[sl], keys=keys[sl])
+                                             state=bank.state[sl], mocap=bank.mocap[sl], keys=keys[sl],
+                                             q0=bank.q0[sl])
                 lang = np.repeat(embeddings[j][v][None], n, 0)
                 p0 = initial_pstate(ck.load(j), lang, obs_spec(scene, spec.obs, spec.image_size), seq_len)
                 recs.append(rollout.rollout(scene, fn, p0, batch, spec.horizon, warmup=spec.warmup,
@@ -228,7 +242,7 @@ def main(argv=None):
 
     tasks = tuple(suite_tasks("libero_goal")[:a.tasks])
     scene = scene_for(tasks[0].scene)
-    POOL = WorkerPool(scene.model, a.envs, robot.PHYSICS.substeps, 128)  # fork before JAX computes anything
+    POOL = WorkerPool(scene.model, a.envs, robot.substeps(scene.model), 128)  # fork before JAX computes anything
     allv = G.variants_from_file(REPO / "configs/variants/libero_goal.offline.json", tasks)
     variants = tuple((vs[0], next(v for v in vs if v.condition == "paraphrase")) for vs in allv)
     rows = []

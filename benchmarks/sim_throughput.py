@@ -36,14 +36,15 @@ def make_batch(scene, banks, n: int, seed: int = 0) -> rollout.EpisodeBatch:
     per = banks[0].state.shape[0]
     state = np.stack([banks[i].state[(j // T) % per] for j, i in enumerate(ids)])
     mocap = np.stack([banks[i].mocap[(j // T) % per] for j, i in enumerate(ids)])
+    q0 = np.stack([banks[i].q0[(j // T) % per] for j, i in enumerate(ids)])
     goals = jax.tree.map(lambda x: x[ids][:, None], rollout.task_stack(scene).goal)
     keys = np.asarray(jax.random.split(jax.random.PRNGKey(seed), n))
-    return rollout.EpisodeBatch(task_ids=ids, goals=goals, state=state, mocap=mocap, keys=keys)
+    return rollout.EpisodeBatch(task_ids=ids, goals=goals, state=state, mocap=mocap, keys=keys, q0=q0)
 
 
 def sub(batch: rollout.EpisodeBatch, sl) -> rollout.EpisodeBatch:
     return rollout.EpisodeBatch(task_ids=batch.task_ids[sl], goals=jax.tree.map(lambda x: x[sl], batch.goals),
-                                state=batch.state[sl], mocap=batch.mocap[sl], keys=batch.keys[sl])
+                                state=batch.state[sl], mocap=batch.mocap[sl], keys=batch.keys[sl], q0=batch.q0[sl])
 
 
 def measure(scene, policy, batch, steps, **kw) -> float:
@@ -68,7 +69,7 @@ def main(argv=None):
     p.add_argument("--batches", default="1,8,64,512", help="native batch sizes")
     p.add_argument("--rgb-batches", default="", help="native batch sizes with two 128x128 cameras (slow)")
     p.add_argument("--mjx-batches", default="8", help="mjx batch sizes")
-    p.add_argument("--mjx-impl", default="jax", help="jax (anywhere, slow on CPU) or warp (NVIDIA GPUs)")
+    p.add_argument("--mjx-impl", default="warp", help="warp (NVIDIA GPUs; slow on CPU) or jax")
     p.add_argument("--steps", type=int, default=100, help="control steps per measured rollout")
     p.add_argument("--mjx-steps", type=int, default=20)
     p.add_argument("--loop-envs", type=int, default=4, help="envs run by the one-env loop")
