@@ -14,6 +14,7 @@ asserts the contact-free case).
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from pathlib import Path
@@ -39,12 +40,14 @@ def main(argv=None):
     p.add_argument("--open-loop-steps", type=int, default=100)
     p.add_argument("--out", default="benchmarks/results/libero_fidelity_cpu.json")
     a = p.parse_args(argv)
-    tasks = [t for s in a.suites.split(",") for t in suite_tasks(s)]
+    tasks = sorted((t for s in a.suites.split(",") for t in suite_tasks(s)), key=lambda t: t.scene)
     scenes: dict = {}
     rows = []
     t0 = time.perf_counter()
     for t in tqdm(tasks, desc="model + initial state"):
         if t.scene not in scenes:
+            scenes.clear()  # one scene in memory at a time (tasks are sorted by scene)
+            gc.collect()
             scenes[t.scene] = build_scene(scene_tasks(t.scene))
         scene = scenes[t.scene]
         env = fidelity.libero_env(t, seed=0)

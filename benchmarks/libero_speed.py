@@ -112,6 +112,35 @@ def native_rate(scene, banks, n: int, steps: int, obs: str) -> dict:
     return row(f"native ({'state' if obs == 'state' else '2x128 px cameras'})", n * steps, c, batch=n)
 
 
+def render_cost(scene, bank, frames: int = 20) -> list[dict]:
+    """CPU ms per control step for the two 128 px frames: MuJoCo's renderer as robosuite sets it up (what both
+    sides use), and with reflections and skybox off (cheaper; then no longer LIBERO's images)."""
+    from clbench_jax.sim.native import FULL
+
+    m = scene.model
+    d = mujoco.MjData(m)
+    mujoco.mj_setState(m, d, bank.state[0], FULL)
+    d.mocap_pos[:], d.mocap_quat[:] = bank.mocap[0, :, :3], bank.mocap[0, :, 3:]
+    mujoco.mj_forward(m, d)
+    r = mujoco.Renderer(m, 128, 128)
+    opt = mujoco.MjvOption()
+    opt.sitegroup[:] = 0
+    opt.geomgroup[0] = 0
+    out = []
+    for label, off in (("as LIBERO renders", ()), ("reflections and skybox off", (mujoco.mjtRndFlag.mjRND_REFLECTION,
+                                                                               mujoco.mjtRndFlag.mjRND_SKYBOX))):
+        with Clock() as c:
+            for _ in range(frames):
+                for cam in ("agentview", "robot0_eye_in_hand"):
+                    r.update_scene(d, camera=cam, scene_option=opt)
+                    for f in off:
+                        r.scene.flags[f] = 0
+                    r.render()
+        out.append({"renderer": label, "cpu_ms_per_step_2_cameras": 1000 * c.cpu / frames})
+    r.close()
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=40, help="native batch (worlds stepped together)")
@@ -138,6 +167,8 @@ def main(argv=None):
     rows.append(native_rate(scene, banks, a.rgb_batch, a.rgb_steps, "rgb"))
     print(rows[-1], flush=True)
     lib, lib_rgb, ceil, nat, nat_rgb = (r["steps_per_cpu_s"] for r in rows)
+    renders = render_cost(scene, banks[0])
+    print(renders, flush=True)
     summary = {"native_vs_libero_state": nat / lib, "native_vs_libero_rgb": nat_rgb / lib_rgb,
                "native_vs_ceiling": nat / ceil, "ceiling_vs_libero": ceil / lib,
                "targets": {"native_vs_libero_state": ">= 5", "native_vs_libero_rgb": ">= 5",
@@ -146,7 +177,8 @@ def main(argv=None):
     out = {"benchmark": "libero_speed", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
            "scene": {"key": scene.key, "nbody": int(m.nbody), "ngeom": int(m.ngeom), "nv": int(m.nv),
                      "timestep": float(m.opt.timestep), "substeps": robot.substeps(m)},
-           "load_average": os.getloadavg(), "config": vars(a), "results": rows, "summary": summary}
+           "load_average": os.getloadavg(), "config": vars(a), "results": rows, "render_cost": renders,
+           "summary": summary}
     write_json(a.out, out)
     print(table(rows, ["what", "batch", "control_steps", "steps_per_cpu_s", "steps_per_wall_s"]))
     print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in summary.items()})
