@@ -60,8 +60,12 @@ def main(argv=None):
                      "nonzero_fields": {k: v for k, v in diffs.items() if v}, "initial_state_max_diff": state})
     open_loop = []
     rng = np.random.default_rng(0)
+    scenes.clear()
+    gc.collect()
     for t in tqdm(suite_tasks(a.open_loop_suite)[:a.open_loop_tasks], desc="open loop"):
-        scene = scenes.get(t.scene) or build_scene(scene_tasks(t.scene))
+        if t.scene not in scenes:
+            scenes[t.scene] = build_scene(scene_tasks(t.scene))
+        scene = scenes[t.scene]
         acts = rng.uniform(-1, 1, (a.open_loop_steps, 7)) * np.array([0.5, 0.5, 0.5, 0.3, 0.3, 0.3, 1.0])
         env = fidelity.libero_env(t, seed=0)
         try:

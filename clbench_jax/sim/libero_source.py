@@ -160,7 +160,7 @@ def prepare(tasks: list[TaskSpec], workers: int = 2) -> None:
     todo = [t for t in tasks if not _cache_path(t).is_file()]
     if not todo:
         return
-    if workers <= 1 or len(todo) == 1:
+    if workers <= 1 or len(todo) < 4:  # a worker process costs ~3 s of imports
         for t in todo:
             source(t)
         return
