@@ -780,7 +780,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps["tp"] = jnp.where(nxt != ph, 0, tp + 1)
         ps["active"] = (nxt < nph) & (job != J_NONE) & (ps["t"] >= SETTLE)
         ps["t"] = ps["t"] + 1
-        ps["dbg"] = jnp.concatenate([in_site.astype(jnp.float32)[:8], shut.astype(jnp.float32)[:8]])
+        ps["dbg"] = jnp.concatenate([hits.astype(jnp.float32), cscore])
         ps["target"] = tpos  # the waypoint the action drove at (for traces and debugging)
         return act, ps
 
