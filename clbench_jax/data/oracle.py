@@ -417,6 +417,7 @@ DRAWER_APPROACH = 0.12  # a drawer's handle is approached from this far in front
 REACH_LOW = 0.76  # the hand reaches no farther than this from the robot's base at table height (m, in xy)
 Z_REACH = 0.45  # the hand stays below the robot base + this (the arm's reach at the far side of the table)
 SETTLE = 5  # the oracle idles its first steps (LIBERO's warm-up: objects settle)
+SLOT_MARGIN = 0.02  # slots of objects sharing a region stay this far inside its edges
 STAGE_CLEAR = 0.06  # objects this close to where an opened drawer will be are moved away first
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
 N_CLOSE, N_OPEN = 10, 6  # steps to close / open the gripper (robosuite ramps it over 8 actions)
@@ -637,7 +638,18 @@ def make_oracle(scene: Scene, noise: bool = True):
         sp_, sm, ssz = view.site_pos[bs], view.site_mat[bs], view.site_size[bs]
         s_half = jnp.abs(sm @ ssz)
         is_in = ps["pred"] == pred_in
-        tgt_xy = jnp.where(ps["staged"], ps["stage"], jnp.where(b_site, sp_[:2], pos[be][:2])) + nse[:2]
+        # several On rows onto one region (both moka pots on the stove): each object gets its own slot, spread along
+        # the region's diagonal by the objects' footprints, in row order (aimed at the centre, the second pot came
+        # down on the first)
+        shared = goal.valid & (goal.pred == pred_on) & (goal.b == b)
+        n_sh = jnp.sum(shared)
+        rank = jnp.sum(shared & (jnp.arange(Gr) < jnp.argmax(shared & (goal.a == ps["a"]))))
+        spread = 2.0 * jnp.max(jnp.where(shared, foot_r[jnp.clip(goal.a, 0, E - 1)], 0.0)) + 0.01
+        diag = ssz[:2] / jnp.maximum(jnp.linalg.norm(ssz[:2]), 1e-6)
+        slot = diag * spread * (rank - 0.5 * (n_sh - 1))
+        slot = jnp.clip(slot, -jnp.maximum(ssz[:2] - SLOT_MARGIN, 0.0), jnp.maximum(ssz[:2] - SLOT_MARGIN, 0.0))
+        slot_w = jnp.where(b_site & (n_sh > 1), sm[:2, :2] @ slot, 0.0)
+        tgt_xy = jnp.where(ps["staged"], ps["stage"], jnp.where(b_site, sp_[:2], pos[be][:2]) + slot_w) + nse[:2]
         support_z = jnp.where(b_site, jnp.where(is_in, sp_[2] - s_half[2], sp_[2] + s_half[2]), top[be])
         support_z = jnp.where(ps["staged"], ps["stage_z"], support_z)
         rest_z = support_z - T["lo"][a][2]
