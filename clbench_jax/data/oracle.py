@@ -554,7 +554,39 @@ def make_oracle(scene: Scene, noise: bool = True):
             in_j = in_j & (jl[..., 2] < T["jbhi"][:, 2] + 0.005) & (jl[..., 2] + rise > T["jblo"][:, 2] - 0.01)
             return jnp.sum(inside & others, axis=(-1, -2)) + jnp.sum(in_j, axis=(-1, -2))
 
+        def place_target(a_, b_, pred_, staged_, stage_xy, stage_z):
+            """Where object a_ is released for the row (pred_, a_, b_): its origin's position (3,), and the
+            height of what it rests on."""
+            bs_, be_, bsite_ = jnp.clip(b_ - E, 0, S - 1), jnp.clip(b_, 0, E - 1), b_ >= E
+            sp_, sm_, ssz_ = view.site_pos[bs_], view.site_mat[bs_], view.site_size[bs_]
+            s_half = jnp.abs(sm_ @ ssz_)
+            # several On rows onto one region (both moka pots on the stove): each object gets its own slot, spread
+            # along the region's diagonal by the objects' footprints, in row order (aimed at the centre, the second
+            # pot came down on the first)
+            shared = goal.valid & (goal.pred == pred_on) & (goal.b == b_)
+            n_sh = jnp.sum(shared)
+            rank = jnp.sum(shared & (jnp.arange(Gr) < jnp.argmax(shared & (goal.a == a_))))
+            spread = 2.0 * jnp.max(jnp.where(shared, foot_r[jnp.clip(goal.a, 0, E - 1)], 0.0)) + 0.01
+            diag = ssz_[:2] / jnp.maximum(jnp.linalg.norm(ssz_[:2]), 1e-6)
+            lim = jnp.maximum(ssz_[:2] - SLOT_MARGIN, 0.0)
+            slot = jnp.clip(diag * spread * (rank - 0.5 * (n_sh - 1)), -lim, lim)
+            slot_w = jnp.where(bsite_ & (n_sh > 1), sm_[:2, :2] @ slot, 0.0)
+            # into a drawer: as far out along the pull as the region lets the object (the hand comes down in front
+            # of the drawer above, its handle and the cabinet's face)
+            j_ = T["s_joint"][bs_]
+            pull_ = Rq[T["jowner"][j_]] @ T["jpull"][j_]
+            out_ = jnp.where(bsite_ & (T["jkind"][j_] == JK_DRAWER) & (pred_ == pred_in),
+                             jnp.maximum(jnp.abs(pull_ @ s_half) - foot_r[a_] - 0.005, 0.0), 0.0)
+            xy = jnp.where(staged_, stage_xy, jnp.where(bsite_, sp_[:2], pos[be_][:2]) + slot_w + pull_[:2] * out_)
+            sup = jnp.where(bsite_, jnp.where(pred_ == pred_in, sp_[2] - s_half[2], sp_[2] + s_half[2]), top[be_])
+            sup = jnp.where(staged_, stage_z, sup)
+            return jnp.concatenate([xy, (sup - T["lo"][a_][2] + DROP)[None]]), sup
+
         hits = hand_hits(gp_k, jax.vmap(_r_down)(th_k), 0.3)  # the whole column the hand comes down
+        # ... and where it lets go: the object carried to its place, the hand the same way round
+        tgt_new, _ = place_target(a_ent, rb, rp, False, jnp.zeros(2), 0.0)
+        hits = hits + jnp.where(place, hand_hits(tgt_new[None] - (pos[a_ent][None] - gp_k),
+                                                 jax.vmap(_r_down)(th_k), 0.3), 0)
 
         def push_pose(e, ang, psi_off):
             """Grip site behind entity e pushed along angle `ang`, and its rotation: leaning forward by PUSH_TILT
@@ -636,24 +668,10 @@ def make_oracle(scene: Scene, noise: bool = True):
         Rg = _r_down(theta_g)
         off = ps["off"]  # object origin - grip site, at the grasp (world)
         sp_, sm, ssz = view.site_pos[bs], view.site_mat[bs], view.site_size[bs]
-        s_half = jnp.abs(sm @ ssz)
-        is_in = ps["pred"] == pred_in
-        # several On rows onto one region (both moka pots on the stove): each object gets its own slot, spread along
-        # the region's diagonal by the objects' footprints, in row order (aimed at the centre, the second pot came
-        # down on the first)
-        shared = goal.valid & (goal.pred == pred_on) & (goal.b == b)
-        n_sh = jnp.sum(shared)
-        rank = jnp.sum(shared & (jnp.arange(Gr) < jnp.argmax(shared & (goal.a == ps["a"]))))
-        spread = 2.0 * jnp.max(jnp.where(shared, foot_r[jnp.clip(goal.a, 0, E - 1)], 0.0)) + 0.01
-        diag = ssz[:2] / jnp.maximum(jnp.linalg.norm(ssz[:2]), 1e-6)
-        slot = diag * spread * (rank - 0.5 * (n_sh - 1))
-        slot = jnp.clip(slot, -jnp.maximum(ssz[:2] - SLOT_MARGIN, 0.0), jnp.maximum(ssz[:2] - SLOT_MARGIN, 0.0))
-        slot_w = jnp.where(b_site & (n_sh > 1), sm[:2, :2] @ slot, 0.0)
-        tgt_xy = jnp.where(ps["staged"], ps["stage"], jnp.where(b_site, sp_[:2], pos[be][:2]) + slot_w) + nse[:2]
-        support_z = jnp.where(b_site, jnp.where(is_in, sp_[2] - s_half[2], sp_[2] + s_half[2]), top[be])
-        support_z = jnp.where(ps["staged"], ps["stage_z"], support_z)
-        rest_z = support_z - T["lo"][a][2]
-        tgt = jnp.concatenate([tgt_xy, (rest_z + DROP)[None]])
+        tgt, support_z = place_target(a, b, ps["pred"], ps["staged"], ps["stage"], ps["stage_z"])
+        tgt = tgt + jnp.array([nse[0], nse[1], 0.0])
+        tgt_xy = tgt[:2]
+
         # transit height: the carried object's bottom clears whatever stands near its path
         near = present & (jnp.arange(E) != a) & (
             _seg_dist(pos[:, :2], pos[a][:2], tgt_xy) < foot_r + foot_r[a] + 0.03)
@@ -673,7 +691,7 @@ def make_oracle(scene: Scene, noise: bool = True):
             grip=[-1, -1, 1, 1, 1, 1, 1, -1, -1],
             tol=[0.015, 0.004, 1, 0.03, 0.02, 0.01, 0.006, 1, 0.03],
             vmax=[1, 0.5, 1, 0.6, 0.8, 0.6, 0.3, 1, 0.8],
-            mins=[0, 0, N_CLOSE, 0, 0, 0, 0, N_OPEN, 0],
+            mins=[0, 0, N_CLOSE, 0, 0, 0, 0, N_OPEN, 8],
             maxs=[150, 60, N_CLOSE, 80, 150, 60, 40, N_OPEN, 40])
         held = env.finger_contacts(c, found)[a]
         lost = (job == J_PICK) & (ph >= 3) & (ph <= 6) & (jnp.linalg.norm(pos[a] - (ee + off)) > CARRY_LOST) & ~held
@@ -722,7 +740,15 @@ def make_oracle(scene: Scene, noise: bool = True):
             maxs=[150, 60, 60, N_CLOSE, 150, N_OPEN, 60, 60])
         dopen_cond = jnp.zeros(P_MAX, bool).at[4].set(jpass(0, jj, PULL_MARGIN))
         across = jnp.array([-pull[1], pull[0], 0.0])
-        Rdc = _r_down(_near(jnp.arctan2(across[1], across[0]), THETA_REF))
+        # close: the closed fingers push the handle, the hand leaning back from the cabinet (PUSH_TILT about its
+        # closing axis, which runs along the handle): upright at a bottom drawer, the forearm came down onto the
+        # cabinet's top edge and stopped the push (KITCHEN_SCENE4)
+        ap = -math.cos(PUSH_TILT) * jnp.array([0.0, 0.0, 1.0]) - math.sin(PUSH_TILT) * pull
+
+        def r_close(sgn):  # either way round along the handle: the one nearer the hand's rotation at the start
+            return jnp.stack([across * sgn, jnp.cross(ap, across * sgn), ap], axis=1)
+
+        Rdc = r_close(jnp.where(ps["cand"] > 0, 1.0, -1.0))
         push_pt = bar + pull * (depth + hand.finger_half_w + 0.006)
         dclose = dict(
             pos=[_rise_first(ee, push_pt + jnp.array([0.0, 0.0, 0.10])), push_pt, bar - pull * 0.05,
@@ -785,6 +811,8 @@ def make_oracle(scene: Scene, noise: bool = True):
         # where the turn ends nearest the reset pose
         up_choice = jnp.where(_rot_angle(_r_point(-pull, 1.0) @ R.T) < _rot_angle(_r_point(-pull, -1.0) @ R.T), 1, 0)
         ps["cand"] = jnp.where(start & (job == J_DOPEN), up_choice, ps["cand"])
+        side_choice = jnp.where(_rot_angle(r_close(1.0) @ R.T) < _rot_angle(r_close(-1.0) @ R.T), 1, 0)
+        ps["cand"] = jnp.where(start & (job == J_DCLOSE), side_choice, ps["cand"])
         th_knob = _near(_yaw(Ro) + kc[3] + qj * ws, THETA_REF - qdir * ws * 0.4)
         ps["theta0"] = jnp.where(start & (job == J_KNOB), th_knob, ps["theta0"])
         nxt = jnp.where(lost, 0, nxt)
@@ -792,7 +820,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps["tp"] = jnp.where(nxt != ph, 0, tp + 1)
         ps["active"] = (nxt < nph) & (job != J_NONE) & (ps["t"] >= SETTLE)
         ps["t"] = ps["t"] + 1
-        ps["dbg"] = jnp.concatenate([hits.astype(jnp.float32), cscore])
+        ps["dbg"] = jnp.concatenate([truth.astype(jnp.float32), todo.astype(jnp.float32), jnp.array([row, rp, new_job, jk_r, rj, 0, 0, 0], jnp.float32)])
         ps["target"] = tpos  # the waypoint the action drove at (for traces and debugging)
         return act, ps
 
