@@ -297,7 +297,9 @@ def geometry(scene: Scene) -> dict:
               bar_half=np.zeros((J + 1, 3), np.float32), anchor=np.zeros((J + 1, 3), np.float32),
               kcand=np.zeros((J + 1, NCAND, 4), np.float32), kmask=np.zeros((J + 1, NCAND), bool),
               blo=np.zeros((J + 1, 3), np.float32), bhi=np.full((J + 1, 3), -1.0, np.float32),
-              range=np.zeros((J + 1, 2), np.float32))
+              range=np.zeros((J + 1, 2), np.float32), dlen=np.zeros(J + 1, np.float32),
+              dL=np.zeros((J + 1, 3), np.float32), dn=np.zeros((J + 1, 3), np.float32),
+              dout=np.zeros(J + 1, np.float32), dtop=np.zeros(J + 1, np.float32))
     for j, jn in enumerate(scene.joints):
         jid = m.joint(jn).id
         owner = next(e for e in ents if jn in scene.info[e].joints)
@@ -326,6 +328,18 @@ def geometry(scene: Scene) -> dict:
                 if (w @ pull).max() > best:
                     best, bar_lo, bar_hi = (w @ pull).max(), w.min(0), w.max(0)
             jt["pull"][j], jt["bar"][j], jt["bar_half"][j] = pull, (bar_lo + bar_hi) / 2, (bar_hi - bar_lo) / 2
+        elif kind == JK_DOOR:
+            # a hinged door (about the owner's z): its slab in the owner frame at q = 0, from the hinge line: the
+            # horizontal direction to its free edge (dL), its length, its outer face's normal (dn, away from the
+            # owner's centre) and offset, its top
+            pts = (body_points(m, d, jb, frame=jb) @ Rb.T + pb - po) @ Ro
+            rel = pts - jt["anchor"][j]
+            L = rel[np.argmax(np.linalg.norm(rel[:, :2], axis=1)), :2]
+            L = np.array([*(L / np.linalg.norm(L)), 0.0])
+            n = np.array([-L[1], L[0], 0.0])
+            n = n if (pts.mean(0) - (T["lo"][o] + T["hi"][o]) / 2) @ n > 0 else -n  # away from the owner's middle
+            jt["dL"][j], jt["dn"][j], jt["dlen"][j] = L, n, (rel @ L).max()
+            jt["dout"][j], jt["dtop"][j] = (rel @ n).max(), pts[:, 2].max()
         elif kind == JK_KNOB:
             # the knob is pinched like an object: its hinged body's geoms in the body frame (z = the hinge axis)
             pts = body_points(m, d, jb)
@@ -777,10 +791,51 @@ def make_oracle(scene: Scene, noise: bool = True):
             mins=[0, 0, N_CLOSE, 0, N_OPEN, 0], maxs=[150, 60, N_CLOSE, 100, N_OPEN, 60])
         knob_cond = jnp.zeros(P_MAX, bool).at[3].set(jpass(jnp.clip(kind, 2, 3), jj, KNOB_MARGIN))
 
+        # ------------------------------------------------------------ doors (hinged about the owner's z)
+        # close: the closed fingers push the door's outer face at 70% of its length, the hand's body above its top,
+        # following the arc; open: the fingertips press on the door's top edge near its free end and drag it round
+        # (LIBERO's microwave door is a plain slab, flush with the body: nothing to pinch or hook)
+        d_ang = ws * qj
+        Rd = Ro @ _rz(d_ang)  # the door's frame now (owner frame turned by q)
+        hinge_w = pos[o] + Ro @ T["janchor"][jj]
+        q_close = deeper[1][jj]  # the way q goes to close
+
+        def door_pt(qq, along, out, z):
+            Rq_ = Ro @ _rz(ws * qq)
+            return hinge_w + Rq_ @ (T["jdL"][jj] * along + T["jdn"][jj] * out) + jnp.array([0.0, 0.0, z])
+
+        zc = T["jdtop"][jj] - 0.02 - T["janchor"][jj][2]  # grip height above the hinge anchor: body above the top
+        s_out = T["jdout"][jj] + hand.finger_half_w + 0.008
+        q_cl = qj + q_close * 0.3
+        n_now = Rd @ T["jdn"][jj]
+        Rdoor = _r_down(_near(jnp.arctan2(n_now[1], n_now[0]) + 0.5 * jnp.pi, THETA_REF))
+        along_c = 0.7 * T["jdlen"][jj]
+        c0 = door_pt(qj, along_c, s_out + 0.04, zc + 0.08)
+        door_close = dict(
+            pos=[_rise_first(ee, c0), door_pt(qj, along_c, s_out + 0.04, zc), door_pt(qj, along_c, s_out, zc),
+                 door_pt(q_cl, along_c, s_out - 0.02, zc), door_pt(qj, along_c, s_out + 0.06, zc),
+                 door_pt(qj, along_c, s_out + 0.06, zc + 0.10)],
+            R=[Rdoor] * 6, grip=[1, 1, 1, 1, 1, 1], tol=[0.015, 0.008, 0.008, 1, 0.02, 0.03],
+            vmax=[1, 0.6, 0.4, 0.4, 0.6, 0.8], mins=[0, 0, 0, 0, 0, 0], maxs=[150, 60, 40, 200, 60, 60])
+        door_close_cond = jnp.zeros(P_MAX, bool).at[3].set(jpass(1, jj, 0.002))
+        along_o = 0.85 * T["jdlen"][jj]
+        out_o = T["jdout"][jj] - 0.012  # the middle of the slab's top edge
+        zo = T["jdtop"][jj] - T["janchor"][jj][2] + hand.tip - 0.006  # fingertips pressed 6 mm into the edge
+        q_op = qj - q_close * 0.3
+        L_now = Rd @ T["jdL"][jj]
+        Rdo = _r_down(_near(jnp.arctan2(L_now[1], L_now[0]), THETA_REF))
+        door_open = dict(
+            pos=[_rise_first(ee, door_pt(qj, along_o, out_o, zo + 0.06)), door_pt(qj, along_o, out_o, zo),
+                 door_pt(q_op, along_o, out_o, zo), door_pt(qj, along_o, out_o + 0.05, zo + 0.10)],
+            R=[Rdo] * 4, grip=[1, 1, 1, 1], tol=[0.015, 0.004, 1, 0.03], vmax=[1, 0.4, 0.4, 0.8],
+            mins=[0, 0, 0, 0], maxs=[150, 40, 250, 60])
+        door_open_cond = jnp.zeros(P_MAX, bool).at[2].set(jpass(0, jj, 0.05))
+
         idle = dict(pos=[ee], R=[R], grip=[-1], tol=[1], vmax=[1], mins=[0], maxs=[10 ** 6])
-        skills = [idle, pick, push, dopen, dclose, idle, idle, knob]
+        skills = [idle, pick, push, dopen, dclose, door_open, door_close, knob]
         conds = [jnp.zeros(P_MAX, bool)] * len(skills)
         conds[J_PUSH], conds[J_DOPEN], conds[J_DCLOSE], conds[J_KNOB] = push_cond, dopen_cond, dclose_cond, knob_cond
+        conds[J_DOOR_OPEN], conds[J_DOOR_CLOSE] = door_open_cond, door_close_cond
 
         tpos = _phase_table(skills, "pos", ph)[job]
         tR = _phase_table(skills, "R", ph)[job]
