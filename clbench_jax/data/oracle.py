@@ -820,15 +820,15 @@ def make_oracle(scene: Scene, noise: bool = True):
         door_close_cond = jnp.zeros(P_MAX, bool).at[3].set(jpass(1, jj, 0.002))
         along_o = 0.85 * T["jdlen"][jj]
         out_o = T["jdout"][jj] - 0.012  # the middle of the slab's top edge
-        zo = T["jdtop"][jj] - T["janchor"][jj][2] + hand.tip - 0.006  # fingertips pressed 6 mm into the edge
+        zo = T["jdtop"][jj] - T["janchor"][jj][2] + hand.tip - 0.012  # fingertips pressed 12 mm into the edge
         q_op = qj - q_close * 0.3
         L_now = Rd @ T["jdL"][jj]
         Rdo = _r_down(_near(jnp.arctan2(L_now[1], L_now[0]), THETA_REF))
         door_open = dict(
             pos=[_rise_first(ee, door_pt(qj, along_o, out_o, zo + 0.06)), door_pt(qj, along_o, out_o, zo),
                  door_pt(q_op, along_o, out_o, zo), door_pt(qj, along_o, out_o + 0.05, zo + 0.10)],
-            R=[Rdo] * 4, grip=[1, 1, 1, 1], tol=[0.015, 0.004, 1, 0.03], vmax=[1, 0.4, 0.4, 0.8],
-            mins=[0, 0, 0, 0], maxs=[150, 40, 250, 60])
+            R=[Rdo] * 4, grip=[1, 1, 1, 1], tol=[0.015, 0.004, 1, 0.03], vmax=[1, 0.4, 0.7, 0.8],
+            mins=[0, 0, 0, 0], maxs=[150, 40, 350, 60])
         door_open_cond = jnp.zeros(P_MAX, bool).at[2].set(jpass(0, jj, 0.05))
 
         idle = dict(pos=[ee], R=[R], grip=[-1], tol=[1], vmax=[1], mins=[0], maxs=[10 ** 6])
