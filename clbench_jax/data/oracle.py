@@ -654,6 +654,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         start = ~ps["active"]
         new_job = jnp.where(ps["t"] < SETTLE, J_NONE, new_job)
         ps = dict(ps)
+        ps["dyaw"] = jnp.where(~ps["active"], 0.0, ps["dyaw"])
         for k_, v_ in (("job", new_job), ("a", ra), ("b", rb), ("pred", rp), ("joint", new_joint),
                        ("kind", new_kind), ("cand", new_cand), ("noise", new_noise), ("theta0", new_theta),
                        ("push_psi", new_psi), ("push_dir", new_pdir), ("push_goal", g_pt),
@@ -683,7 +684,11 @@ def make_oracle(scene: Scene, noise: bool = True):
         off = ps["off"]  # object origin - grip site, at the grasp (world)
         sp_, sm, ssz = view.site_pos[bs], view.site_mat[bs], view.site_size[bs]
         tgt, support_z = place_target(a, b, ps["pred"], ps["staged"], ps["stage"], ps["stage_z"])
-        tgt = tgt + jnp.array([nse[0], nse[1], 0.0])
+        # the object's footprint centred on the target, not its origin (a book's origin is 1.2 cm off its middle,
+        # a caddy's slot leaves 1.3 cm)
+        ctr = 0.5 * (T["lo"][a] + T["hi"][a]).at[2].set(0.0)
+        ctr_w = _rz(yaw_e[a]) @ ctr
+        tgt = tgt + jnp.array([nse[0] - ctr_w[0], nse[1] - ctr_w[1], 0.0]) * jnp.array([1.0, 1.0, 0.0])
         tgt_xy = tgt[:2]
 
         # transit height: the carried object's bottom clears whatever stands near its path
@@ -692,15 +697,16 @@ def make_oracle(scene: Scene, noise: bool = True):
         clear_z = jnp.maximum(jnp.max(jnp.where(near, top, 0.0)), support_z) + TRANSIT_CLEAR
         ee_transit = jnp.minimum(clear_z - off[2] - T["lo"][a][2], base[2] + Z_REACH)
         live = pos[a] - ee
-        off_use = jnp.where((ph >= 4) & (ph <= 6), live, off)  # carrying: where the object really is
+        off_r = _rz(ps["dyaw"]) @ off  # the grasp offset once the hand has turned the object to fit its place
+        off_use = jnp.where((ph >= 4) & (ph <= 6), live, off_r)  # carrying: where the object really is
         ee_tgt = tgt - off_use
         pre = _rise_first(ee, gpt + jnp.array([0.0, 0.0, PRE_H]) + nse * jnp.array([1.0, 1.0, 3.0]))
         lift = jnp.array([ps["anchor"][0], ps["anchor"][1], ee_transit])
         carry = jnp.array([ee_tgt[0], ee_tgt[1], ee_transit])
-        Rp = _r_down(ps["theta0"])
+        Rp = _r_down(ps["theta0"] + ps["dyaw"])
         pick = dict(
             pos=[pre, gpt, gpt, lift, carry, ee_tgt + jnp.array([0.0, 0.0, 0.03]), ee_tgt, ee_tgt,
-                 tgt - off + jnp.array([0.0, 0.0, 0.10])],
+                 tgt - off_r + jnp.array([0.0, 0.0, 0.10])],
             R=[Rg, Rg, Rg, Rp, Rp, Rp, Rp, Rp, Rp],
             grip=[-1, -1, 1, 1, 1, 1, 1, -1, -1],
             tol=[0.015, 0.004, 1, 0.03, 0.02, 0.01, 0.006, 1, 0.03],
@@ -860,6 +866,17 @@ def make_oracle(scene: Scene, noise: bool = True):
         done = ((tp >= mins) & ((reached & (tol < 0.9)) | cond | ((tol >= 0.9) & (mins > 0)))) | (tp >= maxs)
         nxt = jnp.where(done, ph + 1, ph)
         leaving_close = done & (ph == 2) & (job == J_PICK)
+        # the turn that fits the object's footprint into a region best (a book into a caddy's slot), if any: 0 or a
+        # quarter turn either way (within the wrist's range)
+        hx, hy = 0.5 * (T["hi"][a][0] - T["lo"][a][0]), 0.5 * (T["hi"][a][1] - T["lo"][a][1])
+        turns_ = jnp.array([0.0, 0.5 * jnp.pi, -0.5 * jnp.pi])
+        rel = yaw_e[a] + turns_ - _yaw(sm)
+        ex = jnp.abs(jnp.cos(rel)) * hx + jnp.abs(jnp.sin(rel)) * hy
+        ey = jnp.abs(jnp.sin(rel)) * hx + jnp.abs(jnp.cos(rel)) * hy
+        slack = jnp.minimum(jnp.abs(ssz[0]) - ex, jnp.abs(ssz[1]) - ey) + jnp.array([0.005, 0.0, 0.0])
+        slack = jnp.where(jnp.abs(ps["theta0"] + turns_ - THETA_REF) < 2.3, slack, -1.0)
+        fit = jnp.where(b_site & ~ps["staged"], turns_[jnp.argmax(slack)], 0.0)
+        ps["dyaw"] = jnp.where(leaving_close, fit, ps["dyaw"])
         ps["off"] = jnp.where(leaving_close, pos[a] - ee, ps["off"])
         ps["anchor"] = jnp.where(leaving_close, ee, ps["anchor"])
         # at a job's start: drawers take the vertical closing axis nearest the hand's; knobs start the wrist
@@ -887,7 +904,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
                     pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), kind=z(dt=jnp.int32), cand=z(dt=jnp.int32),
                     noise=z(3), speed=z() + 0.9, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3),
-                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), push_dir=z(), push_goal=z(2), leg0=z(2),
+                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dyaw=z(), push_dir=z(), push_goal=z(2), leg0=z(2),
                     dbg=z(2 * NCAND), staged=z(dt=bool),
                     stage=z(2), stage_z=z())
 
