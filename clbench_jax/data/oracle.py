@@ -683,7 +683,13 @@ def make_oracle(scene: Scene, noise: bool = True):
         Rg = _r_down(theta_g)
         off = ps["off"]  # object origin - grip site, at the grasp (world)
         sp_, sm, ssz = view.site_pos[bs], view.site_mat[bs], view.site_size[bs]
+        is_in_row = ps["pred"] == pred_in
         tgt, support_z = place_target(a, b, ps["pred"], ps["staged"], ps["stage"], ps["stage_z"])
+        # into a container (a basket's walls, not a drawer's or a door's): let go with the hand's body above its
+        # rim (lowered further, the 0.2 m hand came down on the walls of the 0.16 m basket)
+        cont = view.site_parent[bs]
+        rim = jnp.where(b_site & is_in_row & (cont >= 0) & (T["s_joint"][bs] == J), top[jnp.clip(cont, 0, E - 1)], -1.0)
+        tgt = tgt.at[2].max(rim + 0.01 - hand.hand_under + (_rz(ps["dyaw"]) @ off)[2])
         # the object's footprint centred on the target, not its origin (a book's origin is 1.2 cm off its middle,
         # a caddy's slot leaves 1.3 cm)
         ctr = 0.5 * (T["lo"][a] + T["hi"][a]).at[2].set(0.0)
