@@ -341,11 +341,12 @@ def geometry(scene: Scene) -> dict:
             jt["dL"][j], jt["dn"][j], jt["dlen"][j] = L, n, (rel @ L).max()
             jt["dout"][j], jt["dtop"][j] = (rel @ n).max(), pts[:, 2].max()
         elif kind == JK_KNOB:
-            # the knob is pinched like an object: its hinged body's geoms in the body frame (z = the hinge axis)
-            pts = body_points(m, d, jb)
-            cands = [] if flat_wide else plan_pinches(pts, hand)
-            for k, (x, y, psi, z, _) in enumerate(cands):
-                jt["kcand"][j, k], jt["kmask"][j, k] = (x, y, z, psi), True
+            # the knob is pinched like an object: planned on its hinged body's geoms (z = the hinge axis), the
+            # pinches stored in the owner frame
+            R_bo = Ro.T @ Rb
+            for k, (x, y, psi, z, _) in enumerate(plan_pinches(body_points(m, d, jb), hand)):
+                jt["kcand"][j, k] = (*(Ro.T @ (pb - po) + R_bo @ [x, y, z]), psi + math.atan2(R_bo[1, 0], R_bo[0, 0]))
+                jt["kmask"][j, k] = True
             jt["bar"][j] = Ro.T @ (pb - po)  # the knob body's origin in the owner frame
     T.update({"j" + k: v for k, v in jt.items()})
     # region sites: the joint that must be open to put something in (drawer regions)
