@@ -484,8 +484,12 @@ def make_oracle(scene: Scene, noise: bool = True):
         bottom = pos[:, 2] + T["lo"][:, 2]
         theta_now = _theta_of(R)
 
-        def jpass(k, j, shift=0.0):  # joint test k (0 open, 1 close, 2 on, 3 off) of joint j, `shift` deeper
-            return _joint_test(jt_op[k][j], jt_thr[k][j] + shift * deeper[k][j], q[j])
+        def jpass(k, j, shift=0.0):
+            """Joint test k (0 open, 1 close, 2 on, 3 off) of joint j, passed `shift` deeper (at most half way to
+            the joint's limit: a stove's off threshold is 5 mm from its end stop)."""
+            limit = jnp.where(deeper[k][j] < 0, T["jrange"][j][0], T["jrange"][j][1])
+            room = jnp.abs(limit - jt_thr[k][j])
+            return _joint_test(jt_op[k][j], jt_thr[k][j] + jnp.minimum(shift, 0.5 * room) * deeper[k][j], q[j])
 
         # ------------------------------------------------------------ choose a goal row when idle
         Gr = goal.pred.shape[0]
@@ -892,7 +896,9 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps["cand"] = jnp.where(start & (job == J_DOPEN), up_choice, ps["cand"])
         side_choice = jnp.where(_rot_angle(r_close(1.0) @ R.T) < _rot_angle(r_close(-1.0) @ R.T), 1, 0)
         ps["cand"] = jnp.where(start & (job == J_DCLOSE), side_choice, ps["cand"])
-        th_knob = _near(_yaw(Ro) + kc[3] + qj * ws, THETA_REF - qdir * ws * 0.4)
+        # the wrist starts turned back by half the turn ahead (up to 2.1 rad: a stove turned off from fully on)
+        half_turn = 0.5 * jnp.minimum(jnp.abs(jt_thr[jnp.clip(kind, 2, 3)][jj] - qj) + KNOB_MARGIN, 2.6)
+        th_knob = _near(_yaw(Ro) + kc[3] + qj * ws, THETA_REF - qdir * ws * half_turn)
         ps["theta0"] = jnp.where(start & (job == J_KNOB), th_knob, ps["theta0"])
         nxt = jnp.where(lost, 0, nxt)
         ps["phase"] = nxt
