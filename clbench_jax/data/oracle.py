@@ -695,11 +695,14 @@ def make_oracle(scene: Scene, noise: bool = True):
         cont = view.site_parent[bs]
         rim = jnp.where(b_site & is_in_row & (cont >= 0) & (T["s_joint"][bs] == J), top[jnp.clip(cont, 0, E - 1)], -1.0)
         tgt = tgt.at[2].max(rim + 0.01 - hand.hand_under + (_rz(ps["dyaw"]) @ off)[2])
-        # the object's footprint centred on the target, not its origin (a book's origin is 1.2 cm off its middle,
-        # a caddy's slot leaves 1.3 cm)
+        # the object's footprint centred on the target rather than its origin (a book's origin is 1.2 cm off its
+        # middle, a caddy's slot leaves 1.3 cm) ...
         ctr = 0.5 * (T["lo"][a] + T["hi"][a]).at[2].set(0.0)
+        # ... as far as the origin (what LIBERO's tests read) stays 1 cm inside the region (a frying pan's handle)
         ctr_w = _rz(yaw_e[a]) @ ctr
-        tgt = tgt + jnp.array([nse[0] - ctr_w[0], nse[1] - ctr_w[1], 0.0]) * jnp.array([1.0, 1.0, 0.0])
+        lim_c = jnp.where(b_site, jnp.maximum(jnp.abs(sm @ ssz)[:2] - 0.01, 0.0), 0.0)
+        shift_c = jnp.clip(-ctr_w[:2], -lim_c, lim_c)
+        tgt = tgt + jnp.array([nse[0] + shift_c[0], nse[1] + shift_c[1], 0.0])
         tgt_xy = tgt[:2]
 
         # transit height: the carried object's bottom clears whatever stands near its path
