@@ -559,9 +559,10 @@ def make_oracle(scene: Scene, noise: bool = True):
         th_k = _near(yaw_e[a_ent] + cnd[:, 3], THETA_REF)
         others = present & (jnp.arange(E) != a_ent)
 
-        def hand_hits(gp, Rg, rise=0.0):
+        def hand_hits(gp, Rg, rise=0.0, per_drawer=False):
             """(...,) number of the hand's probe points inside the boxes of `others` with the grip site at gp
-            (..., 3) turned by Rg (..., 3, 3), or anywhere on the way down to it from `rise` higher."""
+            (..., 3) turned by Rg (..., 3, 3), or anywhere on the way down to it from `rise` higher; with
+            `per_drawer`, (..., J + 1) the points inside each drawer's box alone."""
             w = gp[..., None, :] + jnp.einsum("...ij,pj->...pi", Rg, probes)  # (..., P, 3)
             loc = jnp.einsum("eji,...pej->...pei", Rq[:, :2, :2], w[..., None, :2] - pos[:, :2])
             inside = jnp.all((loc > T["lo"][:, :2] - 0.01) & (loc < T["hi"][:, :2] + 0.01), -1)
@@ -571,6 +572,8 @@ def make_oracle(scene: Scene, noise: bool = True):
             jl = jl - T["jaxis"] * q[:, None]
             in_j = jnp.all((jl[..., :2] > T["jblo"][:, :2] - 0.01) & (jl[..., :2] < T["jbhi"][:, :2] + 0.01), -1)
             in_j = in_j & (jl[..., 2] < T["jbhi"][:, 2] + 0.005) & (jl[..., 2] + rise > T["jblo"][:, 2] - 0.01)
+            if per_drawer:
+                return jnp.sum(in_j, axis=-2)
             return jnp.sum(inside & others, axis=(-1, -2)) + jnp.sum(in_j, axis=(-1, -2))
 
         def place_target(a_, b_, pred_, staged_, stage_xy, stage_z):
@@ -652,6 +655,13 @@ def make_oracle(scene: Scene, noise: bool = True):
         new_psi = psi_offs[best % psi_offs.shape[0]]
         cscore = -1.0 * jnp.abs(th_k - THETA_REF) - 3.0 * hits - 0.1 * jnp.arange(NCAND)
         new_cand = jnp.argmax(jnp.where(T["cmask"][a_ent], cscore, -1e9))
+        # the object lies under (or against) an opened drawer, which every grasp reaches into: that drawer is closed
+        # first (then the object is moved clear of it before it opens again; KITCHEN_SCENE10's pudding)
+        d_hits = hand_hits(gp_k[new_cand], _r_down(th_k[new_cand]), 0.3, per_drawer=True)  # (J + 1,)
+        d_open = d_hits * ~jax.vmap(lambda j: jpass(1, j))(jnp.arange(J + 1))
+        under = place & (hits[new_cand] > 0) & (d_open.max() > 0) & (T["jkind"][jnp.argmax(d_open)] == JK_DRAWER)
+        new_job = jnp.where(under & (new_job == J_PICK), J_DCLOSE, new_job)
+        new_joint = jnp.where(under & (new_job == J_DCLOSE), jnp.argmax(d_open), new_joint)
         new_theta = th_k[new_cand]
 
         # no job during the first SETTLE steps: objects of LIBERO's initial states drop a few centimetres onto their
