@@ -24,6 +24,7 @@ Everything is branch-free jnp, vmapped over worlds.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from clbench_jax.sim import control, entities, env, robot, rollout
+from clbench_jax.sim import control, entities, env, rollout
 from clbench_jax.sim.predicates import PRED, _joint_test, eval_rows, quat_to_mat, site_contains
 from clbench_jax.sim.scene import Scene
 
@@ -148,7 +149,18 @@ def body_points(m: mujoco.MjModel, d: mujoco.MjData, root: int, frame: int | Non
     return np.concatenate(out) if out else np.zeros((0, 3))
 
 
+_PINCHES: dict = {}
+
+
 def plan_pinches(points: np.ndarray, hand: Hand, k: int = NCAND, floor: float | None = None):
+    """`_plan_pinches`, remembered per point set (scenes share objects; a basket takes ~10 s)."""
+    key = (hashlib.sha256(np.ascontiguousarray(points, np.float64).tobytes()).hexdigest(), hand, k, floor)
+    if key not in _PINCHES:
+        _PINCHES[key] = _plan_pinches(points, hand, k, floor)
+    return _PINCHES[key]
+
+
+def _plan_pinches(points: np.ndarray, hand: Hand, k: int = NCAND, floor: float | None = None):
     """Top-down pinches of a point set (its frame: z up) -> list of (x, y, psi, z, span) in that frame, best first:
     grip-site position, closing-axis angle and the width the fingers close on. A pinch needs something between
     the pads, at most MAX_SPAN wide where the closing fingers sweep, nothing where the open fingers, their tips or
@@ -188,7 +200,7 @@ def plan_pinches(points: np.ndarray, hand: Hand, k: int = NCAND, floor: float | 
                     if span > MAX_SPAN or span < 0.004:
                         break
                     c = ca * u + cb * v
-                    # score: a firm pinch (pads covered), near the object's centre, low, centred between the pads, narrow
+                    # score: a firm pinch (pads covered), near the object's middle, low, centred, narrow
                     score = (0.02 * min(pad.sum(), 60) - 10.0 * np.linalg.norm(c - ctr[:2]) - 2.0 * (z - floor)
                              - 5.0 * abs(0.5 * (a[sw].max() + a[sw].min())) - 3.0 * span)
                     out.append((score, c[0], c[1], psi, z, span))
@@ -385,11 +397,6 @@ def _near(theta, ref):
     return ref + (theta - ref) - jnp.pi * jnp.round((theta - ref) / jnp.pi)
 
 
-def _theta_of(R):
-    """Closing-axis angle of a (roughly downward) grip-site rotation."""
-    return jnp.arctan2(R[1, 0], R[0, 0])
-
-
 def _yaw(R):
     return jnp.arctan2(R[1, 0], R[0, 0])
 
@@ -427,9 +434,9 @@ def _phase_table(skills, field, ph):
 PRE_H = 0.08  # pre-grasp height above the grasp point
 DROP = 0.015  # objects are released this far above their resting height
 TRANSIT_CLEAR = 0.04  # carried objects pass this far above what is near their path
+REACH_LOW = 0.76  # the hand reaches no farther than this from the robot's base at table height (m, in xy)
 REACH_HIGH = 0.78  # ... and at a drawer handle's height, pointing horizontally
 DRAWER_APPROACH = 0.12  # a drawer's handle is approached from this far in front
-REACH_LOW = 0.76  # the hand reaches no farther than this from the robot's base at table height (m, in xy)
 Z_REACH = 0.45  # the hand stays below the robot base + this (the arm's reach at the far side of the table)
 SETTLE = 5  # the oracle idles its first steps (LIBERO's warm-up: objects settle)
 SLOT_MARGIN = 0.02  # slots of objects sharing a region stay this far inside its edges
@@ -482,7 +489,6 @@ def make_oracle(scene: Scene, noise: bool = True):
         present = task.present
         top = pos[:, 2] + T["hi"][:, 2]
         bottom = pos[:, 2] + T["lo"][:, 2]
-        theta_now = _theta_of(R)
 
         def jpass(k, j, shift=0.0):
             """Joint test k (0 open, 1 close, 2 on, 3 off) of joint j, passed `shift` deeper (at most half way to
@@ -522,26 +528,14 @@ def make_oracle(scene: Scene, noise: bool = True):
             [J_NONE, J_DOPEN, J_DOOR_OPEN, J_PUSH, J_PICK, J_DOPEN, J_DCLOSE, J_DOOR_OPEN, J_DOOR_CLOSE, J_KNOB],
             J_NONE)
         new_joint = jnp.where(place & need_open, need_j, rj)
-        # an object to put into a drawer that stands where the opened drawer will be (or too close to it for the
-        # hand to come down beside it) is first moved away along the pull (libero_goal: the bowl 1-5 cm from where
-        # the top drawer's front ends up; every grasp of its rim then reached over the open drawer)
-        q_full = jnp.where(deeper[0][need_j] < 0, T["jrange"][need_j][0], T["jrange"][need_j][1])
-        o_n = T["jowner"][need_j]
-        p_loc = Rq[o_n].T @ (pos[a_ent] - pos[o_n]) - T["jaxis"][need_j] * q_full
-        gap = jnp.linalg.norm(jnp.maximum(jnp.maximum(T["jblo"][need_j][:2] - p_loc[:2], 0.0),
-                                          p_loc[:2] - T["jbhi"][need_j][:2]))
-        pull_n = Rq[o_n] @ T["jpull"][need_j]
-        pull_n = pull_n[:2] / jnp.maximum(jnp.linalg.norm(pull_n[:2]), 1e-6)
-        stage = place & need_open & (jk_n == JK_DRAWER) & (gap < foot_r[a_ent] + STAGE_CLEAR)
-        new_stage = pos[a_ent][:2] + pull_n * (foot_r[a_ent] + STAGE_CLEAR - gap + 0.02)
-        new_job = jnp.where(stage, J_PICK, new_job)
         # an object to move out of a drawer that is not pulled all the way: pull it first (libero_spatial's bowl in
         # the half-open top drawer: the hand came down on the cabinet's top panel above its rim)
         nb = len(scene.body_sites)
         if nb:
             in_site = site_contains(view.site_pos[:nb], view.site_mat[:nb], view.site_size[:nb], pos[a_ent])
             dj = T["s_joint"][:nb]
-            shut = in_site & (dj < J) & (T["jkind"][dj] == JK_DRAWER) & ~jax.vmap(lambda j: jpass(0, j, PULL_MARGIN))(dj)
+            pulled = jax.vmap(lambda j: jpass(0, j, PULL_MARGIN))(dj)
+            shut = in_site & (dj < J) & (T["jkind"][dj] == JK_DRAWER) & ~pulled
             j_s = dj[jnp.argmax(shut)]
             bar_s = pos[T["jowner"][j_s]] + Rq[T["jowner"][j_s]] @ (T["jbar"][j_s] + T["jaxis"][j_s] * q[j_s]
                                                                    + T["jpull"][j_s] * DRAWER_APPROACH)
@@ -559,18 +553,22 @@ def make_oracle(scene: Scene, noise: bool = True):
         th_k = _near(yaw_e[a_ent] + cnd[:, 3], THETA_REF)
         others = present & (jnp.arange(E) != a_ent)
 
-        def hand_hits(gp, Rg, rise=0.0):
+        def hand_hits(gp, Rg, rise=0.0, per_drawer=False, q_use=None):
             """(...,) number of the hand's probe points inside the boxes of `others` with the grip site at gp
-            (..., 3) turned by Rg (..., 3, 3), or anywhere on the way down to it from `rise` higher."""
+            (..., 3) turned by Rg (..., 3, 3), or anywhere on the way down to it from `rise` higher; with
+            `per_drawer`, (..., J + 1) the points inside each drawer's box alone; `q_use`: other joint positions."""
+            qq = q if q_use is None else q_use
             w = gp[..., None, :] + jnp.einsum("...ij,pj->...pi", Rg, probes)  # (..., P, 3)
             loc = jnp.einsum("eji,...pej->...pei", Rq[:, :2, :2], w[..., None, :2] - pos[:, :2])
             inside = jnp.all((loc > T["lo"][:, :2] - 0.01) & (loc < T["hi"][:, :2] + 0.01), -1)
             inside = inside & (w[..., None, 2] < top + 0.005) & (w[..., None, 2] + rise > bottom - 0.01)
             # drawers pulled out of their cabinets: boxes in the owner frame, moved along the slide by q
             jl = jnp.einsum("jba,...pjb->...pja", Rq[T["jowner"]], w[..., None, :] - pos[T["jowner"]])
-            jl = jl - T["jaxis"] * q[:, None]
+            jl = jl - T["jaxis"] * qq[:, None]
             in_j = jnp.all((jl[..., :2] > T["jblo"][:, :2] - 0.01) & (jl[..., :2] < T["jbhi"][:, :2] + 0.01), -1)
             in_j = in_j & (jl[..., 2] < T["jbhi"][:, 2] + 0.005) & (jl[..., 2] + rise > T["jblo"][:, 2] - 0.01)
+            if per_drawer:
+                return jnp.sum(in_j, axis=-2)
             return jnp.sum(inside & others, axis=(-1, -2)) + jnp.sum(in_j, axis=(-1, -2))
 
         def place_target(a_, b_, pred_, staged_, stage_xy, stage_z):
@@ -652,6 +650,29 @@ def make_oracle(scene: Scene, noise: bool = True):
         new_psi = psi_offs[best % psi_offs.shape[0]]
         cscore = -1.0 * jnp.abs(th_k - THETA_REF) - 3.0 * hits - 0.1 * jnp.arange(NCAND)
         new_cand = jnp.argmax(jnp.where(T["cmask"][a_ent], cscore, -1e9))
+        # an object to put into a drawer that stands where the opened drawer will be (or so near it that every grasp
+        # reaches over the opened drawer) is first moved away along the pull (libero_goal: the bowl 1-5 cm from where
+        # the top drawer's front ends up; every grasp of its rim then reached over the open drawer)
+        q_full = jnp.where(deeper[0][need_j] < 0, T["jrange"][need_j][0], T["jrange"][need_j][1])
+        o_n = T["jowner"][need_j]
+        p_loc = Rq[o_n].T @ (pos[a_ent] - pos[o_n]) - T["jaxis"][need_j] * q_full
+        gap = jnp.linalg.norm(jnp.maximum(jnp.maximum(T["jblo"][need_j][:2] - p_loc[:2], 0.0),
+                                          p_loc[:2] - T["jbhi"][need_j][:2]))
+        pull_n = Rq[o_n] @ T["jpull"][need_j]
+        pull_n = pull_n[:2] / jnp.maximum(jnp.linalg.norm(pull_n[:2]), 1e-6)
+        q_opened = q.at[need_j].set(q_full)
+        d_hits_open = hand_hits(gp_k, jax.vmap(_r_down)(th_k), 0.3, per_drawer=True, q_use=q_opened)[:, need_j]
+        stage = place & need_open & (jk_n == JK_DRAWER) & (
+            (gap < foot_r[a_ent] + STAGE_CLEAR) | jnp.all(jnp.where(T["cmask"][a_ent], d_hits_open, 1) > 0))
+        new_stage = pos[a_ent][:2] + pull_n * jnp.maximum(foot_r[a_ent] + hand.hand_half[0] + 0.03 - gap, 0.04)
+        new_job = jnp.where(stage, J_PICK, new_job)
+        # the object lies under (or against) an opened drawer, which every grasp reaches into: that drawer is closed
+        # first (then the object is moved clear of it before it opens again; KITCHEN_SCENE10's pudding)
+        d_hits = hand_hits(gp_k[new_cand], _r_down(th_k[new_cand]), 0.3, per_drawer=True)  # (J + 1,)
+        d_open = d_hits * ~jax.vmap(lambda j: jpass(1, j))(jnp.arange(J + 1))
+        under = place & (hits[new_cand] > 0) & (d_open.max() > 0) & (T["jkind"][jnp.argmax(d_open)] == JK_DRAWER)
+        new_job = jnp.where(under & (new_job == J_PICK), J_DCLOSE, new_job)
+        new_joint = jnp.where(under & (new_job == J_DCLOSE), jnp.argmax(d_open), new_joint)
         new_theta = th_k[new_cand]
 
         # no job during the first SETTLE steps: objects of LIBERO's initial states drop a few centimetres onto their
@@ -676,7 +697,6 @@ def make_oracle(scene: Scene, noise: bool = True):
         b = ps["b"]
         b_site = b >= E
         bs = jnp.clip(b - E, 0, S - 1)
-        be = jnp.clip(b, 0, E - 1)
         jj = jnp.clip(ps["joint"], 0, J)
         nse = ps["noise"]
         sp = ps["speed"]
@@ -687,7 +707,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         theta_g = _near(yaw_e[a] + cd[3], ps["theta0"])
         Rg = _r_down(theta_g)
         off = ps["off"]  # object origin - grip site, at the grasp (world)
-        sp_, sm, ssz = view.site_pos[bs], view.site_mat[bs], view.site_size[bs]
+        sm, ssz = view.site_mat[bs], view.site_size[bs]
         is_in_row = ps["pred"] == pred_in
         tgt, support_z = place_target(a, b, ps["pred"], ps["staged"], ps["stage"], ps["stage_z"])
         # into a container (a basket's walls, not a drawer's or a door's): let go with the hand's body above its
@@ -908,7 +928,6 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps["tp"] = jnp.where(nxt != ph, 0, tp + 1)
         ps["active"] = (nxt < nph) & (job != J_NONE) & (ps["t"] >= SETTLE)
         ps["t"] = ps["t"] + 1
-        ps["dbg"] = jnp.concatenate([truth.astype(jnp.float32), todo.astype(jnp.float32), jnp.array([row, rp, new_job, jk_r, rj, 0, 0, 0], jnp.float32)])
         ps["target"] = tpos  # the waypoint the action drove at (for traces and debugging)
         return act, ps
 
@@ -920,8 +939,9 @@ def make_oracle(scene: Scene, noise: bool = True):
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
                     pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), kind=z(dt=jnp.int32), cand=z(dt=jnp.int32),
                     noise=z(3), speed=z() + 0.9, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3),
-                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dyaw=z(), push_dir=z(), push_goal=z(2), leg0=z(2),
-                    dbg=z(2 * NCAND), staged=z(dt=bool),
+                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dyaw=z(),
+                    push_dir=z(), push_goal=z(2), leg0=z(2),
+                    staged=z(dt=bool),
                     stage=z(2), stage_z=z())
 
     return policy, pstate0_fn
