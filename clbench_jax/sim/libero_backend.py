@@ -256,7 +256,6 @@ def run(scene: Scene, c: env.SceneConsts, policy, pstate0, batch, tasks, goals, 
     """Run the batch in LIBERO -> (Carry with the batch's Records (and trace), LiberoReport)."""
     from clbench_jax.sim import rollout as ro
 
-    require_libero()
     n = batch.task_ids.shape[0]
     workers = int(workers or DEFAULT_WORKERS)
     if workers < 1:

@@ -248,6 +248,10 @@ def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizo
     (result, libero_backend.LiberoReport): LIBERO's own verdicts against this project's predicates."""
     if libero_report and backend != "libero":
         raise ValueError("libero_report=True needs backend='libero' (LIBERO's own verdicts come from its simulator)")
+    if backend == "libero":
+        from clbench_jax.sim import libero_backend
+
+        libero_backend.require_libero()  # before any long work
     c = _consts(scene)
     tasks = jax.tree.map(lambda x: jnp.asarray(x[batch.task_ids]), task_stack(scene))
     goals = jax.tree.map(jnp.asarray, batch.goals)
@@ -261,8 +265,6 @@ def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizo
         out = _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
                            mjx_impl, trace)
     elif backend == "libero":
-        from clbench_jax.sim import libero_backend
-
         out, report = libero_backend.run(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup,
                                          stop_at_success, obs_mode, image_size, libero_workers, progress, trace)
     else:
