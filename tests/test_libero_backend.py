@@ -93,6 +93,7 @@ def test_open_loop_and_predicates_match_native(goal_scene):
                    "open": {"checked": 1 + warmup + 1, "disagree": 0, "native_disagree": 0}}, tot
 
 
+@pytest.mark.slow
 def test_camera_images_equal_the_native_renderer(goal_scene):
     """LIBERO's own camera images (robosuite's offscreen renderer, rows flipped upright) are this project's
     renderer's images of the same state, pixel for pixel."""
@@ -119,6 +120,7 @@ def test_camera_images_equal_the_native_renderer(goal_scene):
     np.testing.assert_array_equal(seen[0], ours)
 
 
+@pytest.mark.slow
 def test_dead_worker_fails_its_episode_and_the_pool_goes_on(goal_scene):
     """A worker killed mid-episode: its episode is recorded as failed (FAIL_WORKER) with the reason, the other
     episodes finish, nothing hangs, and the next rollout respawns the worker."""
