@@ -297,7 +297,9 @@ def geometry(scene: Scene) -> dict:
               bar_half=np.zeros((J + 1, 3), np.float32), anchor=np.zeros((J + 1, 3), np.float32),
               kcand=np.zeros((J + 1, NCAND, 4), np.float32), kmask=np.zeros((J + 1, NCAND), bool),
               blo=np.zeros((J + 1, 3), np.float32), bhi=np.full((J + 1, 3), -1.0, np.float32),
-              range=np.zeros((J + 1, 2), np.float32))
+              range=np.zeros((J + 1, 2), np.float32), dlen=np.zeros(J + 1, np.float32),
+              dL=np.zeros((J + 1, 3), np.float32), dn=np.zeros((J + 1, 3), np.float32),
+              dout=np.zeros(J + 1, np.float32), dtop=np.zeros(J + 1, np.float32))
     for j, jn in enumerate(scene.joints):
         jid = m.joint(jn).id
         owner = next(e for e in ents if jn in scene.info[e].joints)
@@ -326,6 +328,18 @@ def geometry(scene: Scene) -> dict:
                 if (w @ pull).max() > best:
                     best, bar_lo, bar_hi = (w @ pull).max(), w.min(0), w.max(0)
             jt["pull"][j], jt["bar"][j], jt["bar_half"][j] = pull, (bar_lo + bar_hi) / 2, (bar_hi - bar_lo) / 2
+        elif kind == JK_DOOR:
+            # a hinged door (about the owner's z): its slab in the owner frame at q = 0, from the hinge line: the
+            # horizontal direction to its free edge (dL), its length, its outer face's normal (dn, away from the
+            # owner's centre) and offset, its top
+            pts = (body_points(m, d, jb, frame=jb) @ Rb.T + pb - po) @ Ro
+            rel = pts - jt["anchor"][j]
+            L = rel[np.argmax(np.linalg.norm(rel[:, :2], axis=1)), :2]
+            L = np.array([*(L / np.linalg.norm(L)), 0.0])
+            n = np.array([-L[1], L[0], 0.0])
+            n = n if (pts.mean(0) - (T["lo"][o] + T["hi"][o]) / 2) @ n > 0 else -n  # away from the owner's middle
+            jt["dL"][j], jt["dn"][j], jt["dlen"][j] = L, n, (rel @ L).max()
+            jt["dout"][j], jt["dtop"][j] = (rel @ n).max(), pts[:, 2].max()
         elif kind == JK_KNOB:
             # the knob is pinched like an object: its hinged body's geoms in the body frame (z = the hinge axis)
             pts = body_points(m, d, jb)
@@ -417,6 +431,7 @@ DRAWER_APPROACH = 0.12  # a drawer's handle is approached from this far in front
 REACH_LOW = 0.76  # the hand reaches no farther than this from the robot's base at table height (m, in xy)
 Z_REACH = 0.45  # the hand stays below the robot base + this (the arm's reach at the far side of the table)
 SETTLE = 5  # the oracle idles its first steps (LIBERO's warm-up: objects settle)
+SLOT_MARGIN = 0.02  # slots of objects sharing a region stay this far inside its edges
 STAGE_CLEAR = 0.06  # objects this close to where an opened drawer will be are moved away first
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
 N_CLOSE, N_OPEN = 10, 6  # steps to close / open the gripper (robosuite ramps it over 8 actions)
@@ -553,7 +568,39 @@ def make_oracle(scene: Scene, noise: bool = True):
             in_j = in_j & (jl[..., 2] < T["jbhi"][:, 2] + 0.005) & (jl[..., 2] + rise > T["jblo"][:, 2] - 0.01)
             return jnp.sum(inside & others, axis=(-1, -2)) + jnp.sum(in_j, axis=(-1, -2))
 
+        def place_target(a_, b_, pred_, staged_, stage_xy, stage_z):
+            """Where object a_ is released for the row (pred_, a_, b_): its origin's position (3,), and the
+            height of what it rests on."""
+            bs_, be_, bsite_ = jnp.clip(b_ - E, 0, S - 1), jnp.clip(b_, 0, E - 1), b_ >= E
+            sp_, sm_, ssz_ = view.site_pos[bs_], view.site_mat[bs_], view.site_size[bs_]
+            s_half = jnp.abs(sm_ @ ssz_)
+            # several On rows onto one region (both moka pots on the stove): each object gets its own slot, spread
+            # along the region's diagonal by the objects' footprints, in row order (aimed at the centre, the second
+            # pot came down on the first)
+            shared = goal.valid & (goal.pred == pred_on) & (goal.b == b_)
+            n_sh = jnp.sum(shared)
+            rank = jnp.sum(shared & (jnp.arange(Gr) < jnp.argmax(shared & (goal.a == a_))))
+            spread = 2.0 * jnp.max(jnp.where(shared, foot_r[jnp.clip(goal.a, 0, E - 1)], 0.0)) + 0.01
+            diag = ssz_[:2] / jnp.maximum(jnp.linalg.norm(ssz_[:2]), 1e-6)
+            lim = jnp.maximum(ssz_[:2] - SLOT_MARGIN, 0.0)
+            slot = jnp.clip(diag * spread * (rank - 0.5 * (n_sh - 1)), -lim, lim)
+            slot_w = jnp.where(bsite_ & (n_sh > 1), sm_[:2, :2] @ slot, 0.0)
+            # into a drawer: as far out along the pull as the region lets the object (the hand comes down in front
+            # of the drawer above, its handle and the cabinet's face)
+            j_ = T["s_joint"][bs_]
+            pull_ = Rq[T["jowner"][j_]] @ T["jpull"][j_]
+            out_ = jnp.where(bsite_ & (T["jkind"][j_] == JK_DRAWER) & (pred_ == pred_in),
+                             jnp.maximum(jnp.abs(pull_ @ s_half) - foot_r[a_] - 0.005, 0.0), 0.0)
+            xy = jnp.where(staged_, stage_xy, jnp.where(bsite_, sp_[:2], pos[be_][:2]) + slot_w + pull_[:2] * out_)
+            sup = jnp.where(bsite_, jnp.where(pred_ == pred_in, sp_[2] - s_half[2], sp_[2] + s_half[2]), top[be_])
+            sup = jnp.where(staged_, stage_z, sup)
+            return jnp.concatenate([xy, (sup - T["lo"][a_][2] + DROP)[None]]), sup
+
         hits = hand_hits(gp_k, jax.vmap(_r_down)(th_k), 0.3)  # the whole column the hand comes down
+        # ... and where it lets go: the object carried to its place, the hand the same way round
+        tgt_new, _ = place_target(a_ent, rb, rp, False, jnp.zeros(2), 0.0)
+        hits = hits + jnp.where(place, hand_hits(tgt_new[None] - (pos[a_ent][None] - gp_k),
+                                                 jax.vmap(_r_down)(th_k), 0.3), 0)
 
         def push_pose(e, ang, psi_off):
             """Grip site behind entity e pushed along angle `ang`, and its rotation: leaning forward by PUSH_TILT
@@ -607,6 +654,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         start = ~ps["active"]
         new_job = jnp.where(ps["t"] < SETTLE, J_NONE, new_job)
         ps = dict(ps)
+        ps["dyaw"] = jnp.where(~ps["active"], 0.0, ps["dyaw"])
         for k_, v_ in (("job", new_job), ("a", ra), ("b", rb), ("pred", rp), ("joint", new_joint),
                        ("kind", new_kind), ("cand", new_cand), ("noise", new_noise), ("theta0", new_theta),
                        ("push_psi", new_psi), ("push_dir", new_pdir), ("push_goal", g_pt),
@@ -635,33 +683,41 @@ def make_oracle(scene: Scene, noise: bool = True):
         Rg = _r_down(theta_g)
         off = ps["off"]  # object origin - grip site, at the grasp (world)
         sp_, sm, ssz = view.site_pos[bs], view.site_mat[bs], view.site_size[bs]
-        s_half = jnp.abs(sm @ ssz)
-        is_in = ps["pred"] == pred_in
-        tgt_xy = jnp.where(ps["staged"], ps["stage"], jnp.where(b_site, sp_[:2], pos[be][:2])) + nse[:2]
-        support_z = jnp.where(b_site, jnp.where(is_in, sp_[2] - s_half[2], sp_[2] + s_half[2]), top[be])
-        support_z = jnp.where(ps["staged"], ps["stage_z"], support_z)
-        rest_z = support_z - T["lo"][a][2]
-        tgt = jnp.concatenate([tgt_xy, (rest_z + DROP)[None]])
+        is_in_row = ps["pred"] == pred_in
+        tgt, support_z = place_target(a, b, ps["pred"], ps["staged"], ps["stage"], ps["stage_z"])
+        # into a container (a basket's walls, not a drawer's or a door's): let go with the hand's body above its
+        # rim (lowered further, the 0.2 m hand came down on the walls of the 0.16 m basket)
+        cont = view.site_parent[bs]
+        rim = jnp.where(b_site & is_in_row & (cont >= 0) & (T["s_joint"][bs] == J), top[jnp.clip(cont, 0, E - 1)], -1.0)
+        tgt = tgt.at[2].max(rim + 0.01 - hand.hand_under + (_rz(ps["dyaw"]) @ off)[2])
+        # the object's footprint centred on the target, not its origin (a book's origin is 1.2 cm off its middle,
+        # a caddy's slot leaves 1.3 cm)
+        ctr = 0.5 * (T["lo"][a] + T["hi"][a]).at[2].set(0.0)
+        ctr_w = _rz(yaw_e[a]) @ ctr
+        tgt = tgt + jnp.array([nse[0] - ctr_w[0], nse[1] - ctr_w[1], 0.0]) * jnp.array([1.0, 1.0, 0.0])
+        tgt_xy = tgt[:2]
+
         # transit height: the carried object's bottom clears whatever stands near its path
         near = present & (jnp.arange(E) != a) & (
             _seg_dist(pos[:, :2], pos[a][:2], tgt_xy) < foot_r + foot_r[a] + 0.03)
         clear_z = jnp.maximum(jnp.max(jnp.where(near, top, 0.0)), support_z) + TRANSIT_CLEAR
         ee_transit = jnp.minimum(clear_z - off[2] - T["lo"][a][2], base[2] + Z_REACH)
         live = pos[a] - ee
-        off_use = jnp.where((ph >= 4) & (ph <= 6), live, off)  # carrying: where the object really is
+        off_r = _rz(ps["dyaw"]) @ off  # the grasp offset once the hand has turned the object to fit its place
+        off_use = jnp.where((ph >= 4) & (ph <= 6), live, off_r)  # carrying: where the object really is
         ee_tgt = tgt - off_use
         pre = _rise_first(ee, gpt + jnp.array([0.0, 0.0, PRE_H]) + nse * jnp.array([1.0, 1.0, 3.0]))
         lift = jnp.array([ps["anchor"][0], ps["anchor"][1], ee_transit])
         carry = jnp.array([ee_tgt[0], ee_tgt[1], ee_transit])
-        Rp = _r_down(ps["theta0"])
+        Rp = _r_down(ps["theta0"] + ps["dyaw"])
         pick = dict(
             pos=[pre, gpt, gpt, lift, carry, ee_tgt + jnp.array([0.0, 0.0, 0.03]), ee_tgt, ee_tgt,
-                 tgt - off + jnp.array([0.0, 0.0, 0.10])],
+                 tgt - off_r + jnp.array([0.0, 0.0, 0.10])],
             R=[Rg, Rg, Rg, Rp, Rp, Rp, Rp, Rp, Rp],
             grip=[-1, -1, 1, 1, 1, 1, 1, -1, -1],
             tol=[0.015, 0.004, 1, 0.03, 0.02, 0.01, 0.006, 1, 0.03],
             vmax=[1, 0.5, 1, 0.6, 0.8, 0.6, 0.3, 1, 0.8],
-            mins=[0, 0, N_CLOSE, 0, 0, 0, 0, N_OPEN, 0],
+            mins=[0, 0, N_CLOSE, 0, 0, 0, 0, N_OPEN, 8],
             maxs=[150, 60, N_CLOSE, 80, 150, 60, 40, N_OPEN, 40])
         held = env.finger_contacts(c, found)[a]
         lost = (job == J_PICK) & (ph >= 3) & (ph <= 6) & (jnp.linalg.norm(pos[a] - (ee + off)) > CARRY_LOST) & ~held
@@ -710,7 +766,15 @@ def make_oracle(scene: Scene, noise: bool = True):
             maxs=[150, 60, 60, N_CLOSE, 150, N_OPEN, 60, 60])
         dopen_cond = jnp.zeros(P_MAX, bool).at[4].set(jpass(0, jj, PULL_MARGIN))
         across = jnp.array([-pull[1], pull[0], 0.0])
-        Rdc = _r_down(_near(jnp.arctan2(across[1], across[0]), THETA_REF))
+        # close: the closed fingers push the handle, the hand leaning back from the cabinet (PUSH_TILT about its
+        # closing axis, which runs along the handle): upright at a bottom drawer, the forearm came down onto the
+        # cabinet's top edge and stopped the push (KITCHEN_SCENE4)
+        ap = -math.cos(PUSH_TILT) * jnp.array([0.0, 0.0, 1.0]) - math.sin(PUSH_TILT) * pull
+
+        def r_close(sgn):  # either way round along the handle: the one nearer the hand's rotation at the start
+            return jnp.stack([across * sgn, jnp.cross(ap, across * sgn), ap], axis=1)
+
+        Rdc = r_close(jnp.where(ps["cand"] > 0, 1.0, -1.0))
         push_pt = bar + pull * (depth + hand.finger_half_w + 0.006)
         dclose = dict(
             pos=[_rise_first(ee, push_pt + jnp.array([0.0, 0.0, 0.10])), push_pt, bar - pull * 0.05,
@@ -739,10 +803,51 @@ def make_oracle(scene: Scene, noise: bool = True):
             mins=[0, 0, N_CLOSE, 0, N_OPEN, 0], maxs=[150, 60, N_CLOSE, 100, N_OPEN, 60])
         knob_cond = jnp.zeros(P_MAX, bool).at[3].set(jpass(jnp.clip(kind, 2, 3), jj, KNOB_MARGIN))
 
+        # ------------------------------------------------------------ doors (hinged about the owner's z)
+        # close: the closed fingers push the door's outer face at 70% of its length, the hand's body above its top,
+        # following the arc; open: the fingertips press on the door's top edge near its free end and drag it round
+        # (LIBERO's microwave door is a plain slab, flush with the body: nothing to pinch or hook)
+        d_ang = ws * qj
+        Rd = Ro @ _rz(d_ang)  # the door's frame now (owner frame turned by q)
+        hinge_w = pos[o] + Ro @ T["janchor"][jj]
+        q_close = deeper[1][jj]  # the way q goes to close
+
+        def door_pt(qq, along, out, z):
+            Rq_ = Ro @ _rz(ws * qq)
+            return hinge_w + Rq_ @ (T["jdL"][jj] * along + T["jdn"][jj] * out) + jnp.array([0.0, 0.0, z])
+
+        zc = T["jdtop"][jj] - 0.02 - T["janchor"][jj][2]  # grip height above the hinge anchor: body above the top
+        s_out = T["jdout"][jj] + hand.finger_half_w + 0.008
+        q_cl = qj + q_close * 0.3
+        n_now = Rd @ T["jdn"][jj]
+        Rdoor = _r_down(_near(jnp.arctan2(n_now[1], n_now[0]) + 0.5 * jnp.pi, THETA_REF))
+        along_c = 0.7 * T["jdlen"][jj]
+        c0 = door_pt(qj, along_c, s_out + 0.04, zc + 0.08)
+        door_close = dict(
+            pos=[_rise_first(ee, c0), door_pt(qj, along_c, s_out + 0.04, zc), door_pt(qj, along_c, s_out, zc),
+                 door_pt(q_cl, along_c, s_out - 0.02, zc), door_pt(qj, along_c, s_out + 0.06, zc),
+                 door_pt(qj, along_c, s_out + 0.06, zc + 0.10)],
+            R=[Rdoor] * 6, grip=[1, 1, 1, 1, 1, 1], tol=[0.015, 0.008, 0.008, 1, 0.02, 0.03],
+            vmax=[1, 0.6, 0.4, 0.4, 0.6, 0.8], mins=[0, 0, 0, 0, 0, 0], maxs=[150, 60, 40, 200, 60, 60])
+        door_close_cond = jnp.zeros(P_MAX, bool).at[3].set(jpass(1, jj, 0.002))
+        along_o = 0.85 * T["jdlen"][jj]
+        out_o = T["jdout"][jj] - 0.012  # the middle of the slab's top edge
+        zo = T["jdtop"][jj] - T["janchor"][jj][2] + hand.tip - 0.012  # fingertips pressed 12 mm into the edge
+        q_op = qj - q_close * 0.3
+        L_now = Rd @ T["jdL"][jj]
+        Rdo = _r_down(_near(jnp.arctan2(L_now[1], L_now[0]), THETA_REF))
+        door_open = dict(
+            pos=[_rise_first(ee, door_pt(qj, along_o, out_o, zo + 0.06)), door_pt(qj, along_o, out_o, zo),
+                 door_pt(q_op, along_o, out_o, zo), door_pt(qj, along_o, out_o + 0.05, zo + 0.10)],
+            R=[Rdo] * 4, grip=[1, 1, 1, 1], tol=[0.015, 0.004, 1, 0.03], vmax=[1, 0.4, 0.7, 0.8],
+            mins=[0, 0, 0, 0], maxs=[150, 40, 350, 60])
+        door_open_cond = jnp.zeros(P_MAX, bool).at[2].set(jpass(0, jj, 0.05))
+
         idle = dict(pos=[ee], R=[R], grip=[-1], tol=[1], vmax=[1], mins=[0], maxs=[10 ** 6])
-        skills = [idle, pick, push, dopen, dclose, idle, idle, knob]
+        skills = [idle, pick, push, dopen, dclose, door_open, door_close, knob]
         conds = [jnp.zeros(P_MAX, bool)] * len(skills)
         conds[J_PUSH], conds[J_DOPEN], conds[J_DCLOSE], conds[J_KNOB] = push_cond, dopen_cond, dclose_cond, knob_cond
+        conds[J_DOOR_OPEN], conds[J_DOOR_CLOSE] = door_open_cond, door_close_cond
 
         tpos = _phase_table(skills, "pos", ph)[job]
         tR = _phase_table(skills, "R", ph)[job]
@@ -767,12 +872,25 @@ def make_oracle(scene: Scene, noise: bool = True):
         done = ((tp >= mins) & ((reached & (tol < 0.9)) | cond | ((tol >= 0.9) & (mins > 0)))) | (tp >= maxs)
         nxt = jnp.where(done, ph + 1, ph)
         leaving_close = done & (ph == 2) & (job == J_PICK)
+        # the turn that fits the object's footprint into a region best (a book into a caddy's slot), if any: 0 or a
+        # quarter turn either way (within the wrist's range)
+        hx, hy = 0.5 * (T["hi"][a][0] - T["lo"][a][0]), 0.5 * (T["hi"][a][1] - T["lo"][a][1])
+        turns_ = jnp.array([0.0, 0.5 * jnp.pi, -0.5 * jnp.pi])
+        rel = yaw_e[a] + turns_ - _yaw(sm)
+        ex = jnp.abs(jnp.cos(rel)) * hx + jnp.abs(jnp.sin(rel)) * hy
+        ey = jnp.abs(jnp.sin(rel)) * hx + jnp.abs(jnp.cos(rel)) * hy
+        slack = jnp.minimum(jnp.abs(ssz[0]) - ex, jnp.abs(ssz[1]) - ey) + jnp.array([0.005, 0.0, 0.0])
+        slack = jnp.where(jnp.abs(ps["theta0"] + turns_ - THETA_REF) < 2.3, slack, -1.0)
+        fit = jnp.where(b_site & ~ps["staged"], turns_[jnp.argmax(slack)], 0.0)
+        ps["dyaw"] = jnp.where(leaving_close, fit, ps["dyaw"])
         ps["off"] = jnp.where(leaving_close, pos[a] - ee, ps["off"])
         ps["anchor"] = jnp.where(leaving_close, ee, ps["anchor"])
         # at a job's start: drawers take the vertical closing axis nearest the hand's; knobs start the wrist
         # where the turn ends nearest the reset pose
         up_choice = jnp.where(_rot_angle(_r_point(-pull, 1.0) @ R.T) < _rot_angle(_r_point(-pull, -1.0) @ R.T), 1, 0)
         ps["cand"] = jnp.where(start & (job == J_DOPEN), up_choice, ps["cand"])
+        side_choice = jnp.where(_rot_angle(r_close(1.0) @ R.T) < _rot_angle(r_close(-1.0) @ R.T), 1, 0)
+        ps["cand"] = jnp.where(start & (job == J_DCLOSE), side_choice, ps["cand"])
         th_knob = _near(_yaw(Ro) + kc[3] + qj * ws, THETA_REF - qdir * ws * 0.4)
         ps["theta0"] = jnp.where(start & (job == J_KNOB), th_knob, ps["theta0"])
         nxt = jnp.where(lost, 0, nxt)
@@ -780,7 +898,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         ps["tp"] = jnp.where(nxt != ph, 0, tp + 1)
         ps["active"] = (nxt < nph) & (job != J_NONE) & (ps["t"] >= SETTLE)
         ps["t"] = ps["t"] + 1
-        ps["dbg"] = jnp.concatenate([in_site.astype(jnp.float32)[:8], shut.astype(jnp.float32)[:8]])
+        ps["dbg"] = jnp.concatenate([truth.astype(jnp.float32), todo.astype(jnp.float32), jnp.array([row, rp, new_job, jk_r, rj, 0, 0, 0], jnp.float32)])
         ps["target"] = tpos  # the waypoint the action drove at (for traces and debugging)
         return act, ps
 
@@ -792,7 +910,7 @@ def make_oracle(scene: Scene, noise: bool = True):
         return dict(active=z(dt=bool), job=z(dt=jnp.int32), a=z(dt=jnp.int32), b=z(dt=jnp.int32),
                     pred=z(dt=jnp.int32), joint=z(dt=jnp.int32), kind=z(dt=jnp.int32), cand=z(dt=jnp.int32),
                     noise=z(3), speed=z() + 0.9, phase=z(dt=jnp.int32), tp=z(dt=jnp.int32), off=z(3),
-                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), push_dir=z(), push_goal=z(2), leg0=z(2),
+                    anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dyaw=z(), push_dir=z(), push_goal=z(2), leg0=z(2),
                     dbg=z(2 * NCAND), staged=z(dt=bool),
                     stage=z(2), stage_z=z())
 
