@@ -16,6 +16,7 @@ COMMAND_GROUPS: tuple[str, ...] = (
     "clbench_jax.language.commands",
     "clbench_jax.lifelong.commands",
     "clbench_jax.eval.commands",
+    "clbench_jax.eval.libero_check",
 )
 
 
