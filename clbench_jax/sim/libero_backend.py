@@ -284,12 +284,13 @@ def run(scene: Scene, c: env.SceneConsts, policy, pstate0, batch, tasks, goals, 
     rows = rows[np.argsort(batch.task_ids[rows], kind="stable")]  # a worker's environment is reused per task
     chunks = [rows[i:i + workers] for i in range(0, rows.size, workers)]
     bar = ro._bar(total * len(chunks), progress, f"rollout (libero, {workers} workers)")
+    tasks_np = jax.tree.map(np.asarray, tasks)
     indexes = {}
     for t in {int(i) for i in batch.task_ids[rows]}:
         indexes[t] = joint_index(scene, scene.tasks[t])
     for chunk in chunks:
-        carry, tr = _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, goals, chunk, indexes,
-                               total, warmup, cameras, image_size, trace, rep, bar)
+        carry, tr = _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_np, goals, chunk,
+                               indexes, total, warmup, cameras, image_size, trace, rep, bar)
         for name in dataclasses.fields(ro.Records):
             getattr(rec, name.name)[chunk] = np.asarray(getattr(carry.rec, name.name))[chunk]
         if trace:
@@ -336,7 +337,7 @@ def _assign(pool: Pool, chunk: np.ndarray, scene: Scene, batch) -> dict[int, int
     return out
 
 
-def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, goals, chunk, indexes, total, warmup,
+def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_np, goals, chunk, indexes, total, warmup,
                cameras, size, trace, rep, bar):
     from clbench_jax.sim import rollout as ro
 
@@ -357,7 +358,6 @@ def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, goals, 
     lost = np.zeros(n, np.int32)  # fail code of rows whose episode LIBERO or its worker lost
     libero_atoms = {}
     worlds = NativeWorlds(m, len(chunk), 1, nthread=1)  # this project's sensors in LIBERO's states
-    rq = np.concatenate([scene.robot.arm_qpos, scene.robot.finger_qpos])
     jq = np.array([m.joint(j).qposadr[0] for j in scene.joints], int)
     pf = scene.sensors.pair_found
     host = {}
@@ -408,7 +408,7 @@ def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, goals, 
             if trace:
                 host["physics_state"][row, t] = post[slot[row]]
                 host["sensordata"][row, t] = s
-        _compare(rep, ok, chunk, slot, sens, pre_sens, pf, tasks, atoms_fn, libero_atoms, batch, scene, t)
+        _compare(rep, ok, chunk, slot, sens, pre_sens, pf, tasks_np, atoms_fn, libero_atoms, batch, scene, t)
 
     t = 0
     eps = {row: _episode(scene, batch, row, cameras, size, indexes[int(batch.task_ids[row])]) for row in chunk}
@@ -455,7 +455,7 @@ def _compare(rep, ok, chunk, slot, sens, pre_sens, pf, tasks, atoms_fn, libero_a
     """Count, per predicate type, where LIBERO's verdict on a goal atom differs from the jnp predicates'."""
     # one shape per chunk size (padded with the first row): one compile
     rows = np.array(ok + [ok[0]] * (len(chunk) - len(ok)))
-    ta = jax.tree.map(lambda x: x[np.concatenate([rows, rows])], tasks)
+    ta = jax.tree.map(lambda x: x[np.concatenate([rows, rows])], tasks)  # numpy leaves: cheap to index
     both = np.concatenate([sens[rows], pre_sens[[slot[r] for r in rows]]])
     v = np.asarray(atoms_fn(jnp.asarray(both), jnp.asarray(both[:, pf]), ta))
     ours, native = v[:len(rows)], v[len(rows):]
