@@ -61,3 +61,44 @@ def test_the_set_with_an_inverted_range_is_refused_by_name():
     with pytest.raises(BDDLError, match="x0 <= x1 and y0 <= y1") as e:
         S.suite_tasks("libero_object_temp_y0.5")
     assert "pick_up_the_cream_cheese" in e.value.file and e.value.line == 15
+
+
+@pytest.mark.slow
+def test_grid_evaluates_a_checkpoint_on_a_pro_suite(tmp_path):
+    """A checkpoint (a tiny random-init BC-Transformer) evaluated by the grid on a LIBERO-PRO task (the mug
+    distractor set), on the native backend and in LIBERO's own environment: the same episodes, the same outcome."""
+    import jax
+    import numpy as np
+
+    from clbench_jax.eval import grid as G
+    from clbench_jax.lifelong.loop import scene_for
+    from clbench_jax.policies import make_bc_transformer
+    from clbench_jax.policies.act import obs_spec
+    from clbench_jax.sim import libero_backend
+
+    tiny = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, seq_len=4, gmm_hidden=(32,),
+                gmm_modes=3)
+    policy = make_bc_transformer("state", **tiny)
+    tasks = tuple(S.suite_tasks("libero_goal_with_mug")[:1])
+    scene = scene_for(tasks[0].scene)
+    assert "porcelain_mug_1" in scene.objects or any("mug" in o for o in scene.objects)
+    ex = {"obs": {k: np.zeros((1, 4) + s, d) for k, (s, d) in obs_spec(scene, "state").items()},
+          "lang": np.zeros((1, 384), np.float32)}
+    params = policy.init(jax.random.PRNGKey(0), ex)
+    cks = [G.Checkpoint("m", 0, 0, lambda j: params)]
+    variants = ((G.original_variant(tasks[0]),),)
+    emb = [np.random.default_rng(0).normal(size=(1, 384)).astype(np.float32)]
+    cols = {}
+    try:
+        for backend in ("native", "libero"):
+            spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=2, horizon=6, chunk=2, backend=backend)
+            cols[backend] = G.run_grid(spec, cks, policy, tmp_path / backend, embeddings=emb, progress=False)
+    finally:
+        libero_backend.close_pool()
+    for c in cols.values():
+        assert list(c["status"]) == ["ok", "ok"] and list(c["length"]) == [6, 6]
+        assert c["variant"][0] == f"{tasks[0].name}/original"
+    np.testing.assert_array_equal(cols["native"]["success"], cols["libero"]["success"])
+    np.testing.assert_array_equal(cols["native"]["held_at_reset"], cols["libero"]["held_at_reset"])
+    # the same starts and policy: the hands end within millimetres of each other
+    np.testing.assert_allclose(cols["native"]["ee_disp_max"], cols["libero"]["ee_disp_max"], atol=3e-3)

@@ -288,9 +288,11 @@ def run(scene: Scene, c: env.SceneConsts, policy, pstate0, batch, tasks, goals, 
     indexes = {}
     for t in {int(i) for i in batch.task_ids[rows]}:
         indexes[t] = joint_index(scene, scene.tasks[t])
+    run_ = _Run(scene=scene, c=c, pool=pool, advance=advance, atoms_fn=atoms_fn, pstate0=pstate0, batch=batch,
+                tasks=tasks, tasks_np=tasks_np, goals=goals, indexes=indexes, total=total, warmup=warmup,
+                cameras=cameras, size=image_size, trace=trace, rep=rep, bar=bar)
     for chunk in chunks:
-        carry, tr = _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_np, goals, chunk,
-                               indexes, total, warmup, cameras, image_size, trace, rep, bar)
+        carry, tr = _run_chunk(run_, chunk)
         for name in dataclasses.fields(ro.Records):
             getattr(rec, name.name)[chunk] = np.asarray(getattr(carry.rec, name.name))[chunk]
         if trace:
@@ -299,6 +301,30 @@ def run(scene: Scene, c: env.SceneConsts, policy, pstate0, batch, tasks, goals, 
     bar.close()
     final = final.replace(rec=rec, trace=out_trace)
     return final, rep
+
+
+@dataclass
+class _Run:
+    """What the chunks of one libero rollout share."""
+
+    scene: Scene
+    c: env.SceneConsts
+    pool: Pool
+    advance: object  # the jitted advance (policy wrapped by _with_action)
+    atoms_fn: object  # _atom_verdicts
+    pstate0: object
+    batch: object  # rollout.EpisodeBatch
+    tasks: env.TaskArrays  # (N, ...) jnp
+    tasks_np: env.TaskArrays  # the same, numpy
+    goals: object
+    indexes: dict  # task id -> joint_index
+    total: int  # warm-up + horizon
+    warmup: int
+    cameras: bool
+    size: int
+    trace: bool
+    rep: LiberoReport
+    bar: object
 
 
 def _with_action(policy):
@@ -337,17 +363,19 @@ def _assign(pool: Pool, chunk: np.ndarray, scene: Scene, batch) -> dict[int, int
     return out
 
 
-def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_np, goals, chunk, indexes, total, warmup,
-               cameras, size, trace, rep, bar):
+def _run_chunk(run: _Run, chunk: np.ndarray):
+    """Run the episodes of `chunk` (rows of the batch), one per worker, in lockstep -> (carry, trace)."""
     from clbench_jax.sim import rollout as ro
 
+    scene, c, pool, batch, rep, total, warmup = run.scene, run.c, run.pool, run.batch, run.rep, run.total, run.warmup
+    cameras, size, trace = run.cameras, run.size, run.trace
     n = batch.task_ids.shape[0]
     m = scene.model
     ns = m.nsensordata
     in_chunk = np.zeros(n, bool)
     in_chunk[chunk] = True
     sub = dataclasses.replace(batch, active=in_chunk)
-    carry = ro._new_carry(scene, sub, (pstate0, jnp.zeros((n, 7))), goals.pred.shape[1], c,
+    carry = ro._new_carry(scene, sub, (run.pstate0, jnp.zeros((n, 7))), run.goals.pred.shape[1], c,
                           total if trace else None)
     worker_of = _assign(pool, chunk, scene, batch)
     sens = np.zeros((n, ns))
@@ -393,7 +421,7 @@ def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_n
         states = np.repeat(batch.state[chunk[:1]], len(chunk), 0)
         post = states.copy()
         for row in ok:
-            src, dst, _ = indexes[int(batch.task_ids[row])]
+            src, dst, _ = run.indexes[int(batch.task_ids[row])]
             states[slot[row]] = batch.state[row]
             states[slot[row], dst] = replies[row]["pre"][src]
             post[slot[row]] = batch.state[row]
@@ -408,10 +436,10 @@ def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_n
             if trace:
                 host["physics_state"][row, t] = post[slot[row]]
                 host["sensordata"][row, t] = s
-        _compare(rep, ok, chunk, slot, sens, pre_sens, pf, tasks_np, atoms_fn, libero_atoms, batch, scene, t)
+        _compare(run, ok, chunk, slot, sens, pre_sens, libero_atoms, t)
 
     t = 0
-    eps = {row: _episode(scene, batch, row, cameras, size, indexes[int(batch.task_ids[row])]) for row in chunk}
+    eps = {row: _episode(scene, batch, row, cameras, size, run.indexes[int(batch.task_ids[row])]) for row in chunk}
     replies = pool.exchange("start", {worker_of[int(r)]: eps[r] for r in chunk}, START_TIMEOUT)
     for row in chunk:
         if replies.get(worker_of[int(row)], ("", ""))[0] == "ok":
@@ -420,10 +448,10 @@ def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_n
     dummy = np.zeros(7)
     dummy[6] = -1.0
     try:
-        for step in range(total + 1):
+        for _ in range(total + 1):
             t = int(carry.t)
             done_before = np.asarray(carry.rec.done)
-            carry, _, _ = advance(carry, tasks, goals, jnp.asarray(sens), jnp.asarray(sens[:, pf]),
+            carry, _, _ = run.advance(carry, run.tasks, run.goals, jnp.asarray(sens), jnp.asarray(sens[:, pf]),
                                   jnp.asarray(robot_q), jnp.asarray(bad),
                                   None if imgs is None else jnp.asarray(imgs))
             # LIBERO's own success, recorded as Records.success is: at a reading after a policy step
@@ -439,7 +467,7 @@ def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_n
             replies = pool.exchange("step", {worker_of[int(r)]: act[r] for r in live_rows}, STEP_TIMEOUT)
             pool.steps += 1
             take({row: replies[worker_of[int(row)]] for row in live_rows}, t + 1)
-            bar.update(1)
+            run.bar.update(1)
     finally:
         worlds.close()
     rec = jax.tree.map(np.array, carry.rec)
@@ -451,13 +479,15 @@ def _run_chunk(scene, c, pool, advance, atoms_fn, pstate0, batch, tasks, tasks_n
     return carry.replace(rec=rec), tr
 
 
-def _compare(rep, ok, chunk, slot, sens, pre_sens, pf, tasks, atoms_fn, libero_atoms, batch, scene, t):
-    """Count, per predicate type, where LIBERO's verdict on a goal atom differs from the jnp predicates'."""
+def _compare(run: _Run, ok, chunk, slot, sens, pre_sens, libero_atoms, t):
+    """Count, per predicate type, where LIBERO's verdict on a goal atom differs from the jnp predicates' on the
+    same state (`sens`), and from theirs on the native backend's reading of it (`pre_sens`)."""
+    rep, batch, scene, pf = run.rep, run.batch, run.scene, run.scene.sensors.pair_found
     # one shape per chunk size (padded with the first row): one compile
     rows = np.array(ok + [ok[0]] * (len(chunk) - len(ok)))
-    ta = jax.tree.map(lambda x: x[np.concatenate([rows, rows])], tasks)  # numpy leaves: cheap to index
+    ta = jax.tree.map(lambda x: x[np.concatenate([rows, rows])], run.tasks_np)  # numpy leaves: cheap to index
     both = np.concatenate([sens[rows], pre_sens[[slot[r] for r in rows]]])
-    v = np.asarray(atoms_fn(jnp.asarray(both), jnp.asarray(both[:, pf]), ta))
+    v = np.asarray(run.atoms_fn(jnp.asarray(both), jnp.asarray(both[:, pf]), ta))
     ours, native = v[:len(rows)], v[len(rows):]
     for i, row in enumerate(ok):
         task = scene.tasks[int(batch.task_ids[row])]
