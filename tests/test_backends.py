@@ -108,18 +108,23 @@ def test_warp_steps_like_native(scene):
 
 
 @pytest.mark.slow
-def test_warp_overflow_ends_the_episode_with_its_reason(scene):
-    """16 constraint rows per world: enough at reset (9 rows), not once the objects rest on the table (~120)."""
+def test_warp_overflow_is_recorded_and_finished_worlds_are_held(scene):
+    """16 constraint rows per world: enough at reset (9 rows), not once the objects rest on the table (~120).
+    World 1 is a padding row (done from the start): it is held at its reset state, its objects never fall."""
     be = MjxBackend(scene, impl="warp", rows_per_world=16)
     batch, (pol, p0) = _two_worlds(scene, 6)
+    batch = rollout.EpisodeBatch(**{**batch.__dict__, "active": np.array([True, False])})
     c = rollout._consts(scene)
     run = rollout._mjx_runner(be, rollout.make_advance(c, pol, 0, 6, False, be.nsub), 6)
     tasks = jax.tree.map(lambda x: jnp.asarray(x[batch.task_ids]), rollout.task_stack(scene))
-    carry = run(be.init_data(batch.state, batch.mocap), rollout._new_carry(scene, batch, p0, 1), tasks,
+    carry = run(be.init_data(batch.state, batch.mocap), rollout._new_carry(scene, batch, p0, 1, c, 6), tasks,
                 jax.tree.map(jnp.asarray, batch.goals))
-    rec = jax.tree.map(np.asarray, carry.rec)
-    assert (rec.fail_reason == rollout.FAIL_OVERFLOW).all(), rec.fail_reason
-    assert rec.done.all() and (rec.length < 6).all()  # stopped when the rows ran out, not at the horizon
+    rec, pos = jax.tree.map(np.asarray, carry.rec), np.asarray(carry.trace["entity_pos"])
+    assert rec.fail_reason[0] == rollout.FAIL_OVERFLOW and rec.fail_reason[1] == rollout.OK, rec.fail_reason
+    assert rec.done.all() and 0 < rec.length[0] < 6 and rec.length[1] == 0  # stopped when the rows ran out
+    steps = int(carry.t)
+    assert np.abs(pos[0, 1:steps] - pos[0, 0]).max() > 1e-3  # world 0's objects settled onto the table
+    assert np.abs(pos[1, 1:steps] - pos[1, 1]).max() == 0  # world 1 re-runs the same step from the same state
 
 
 @pytest.mark.slow
