@@ -73,6 +73,13 @@ def host_model(scene: Scene, impl: str) -> mujoco.MjModel:
     return m
 
 
+def world_data_shape(scene: Scene, impl: str):
+    """Shapes of one world's mjx.Data as the backend allocates it (warp: its share of the contact buffer and its
+    constraint rows), for memory estimates."""
+    kw = {} if impl == "jax" else {"naconmax": CONTACTS_PER_WORLD, "njmax": ROWS_PER_WORLD}
+    return jax.eval_shape(lambda: mjx.make_data(host_model(scene, impl), impl=impl, **kw))
+
+
 def geom_groups(scene: Scene, m: mujoco.MjModel) -> np.ndarray:
     """(ngeom,) contact group of each geom: entity index (its whole subtree), E / E+1 for the left / right finger
     subtrees, -1 for everything else."""
