@@ -324,10 +324,13 @@ def episode_memory(spec: GridSpec, scene, policy=None, *, k: int = 1, lang_dim: 
         "episode_inputs": ("device", (1 + k) * goal + task_row + 8 + f32 * (nstate + 7 * m.nmocap), 0),
         "rollout_state": ("device", records + f32 * (3 + 2 + 7 + 2 + 7 + m.nu), 0),
     }
-    if spec.obs == "rgb":  # the renderer's (N, 2, H, W, 3) frame on the host, then as the policy's input
+    if spec.obs == "rgb":  # the renderer's (N, 2, H, W, 3) frame, then as the policy's input
         frame = 2 * spec.image_size ** 2 * 3
         parts["images"] = ("device", frame, 0)
-        parts["images_host"] = ("host", frame, _mjdata_bytes(m) + 8 * spec.image_size ** 2)  # + GL framebuffer
+        if spec.backend == "native":  # rendered on the host
+            parts["images_host"] = ("host", frame, _mjdata_bytes(m) + 8 * spec.image_size ** 2)  # + GL framebuffer
+        else:  # MuJoCo Warp's packed uint32 pixels: its own buffer and XLA's copy
+            parts["images_packed"] = ("device", 2 * 4 * 2 * spec.image_size ** 2, 0)
     if spec.backend == "native":  # NativeWorlds' per-world buffers (float64); one MjData per thread
         nsub = robot.substeps(m)
         world = 8 * (nstate * (2 + nsub) + m.nsensordata * (1 + nsub) + nsub * (m.nu + 7 * m.nmocap) + 14 * m.nmocap)
@@ -335,11 +338,9 @@ def episode_memory(spec: GridSpec, scene, policy=None, *, k: int = 1, lang_dim: 
     elif spec.backend == "libero":  # this process's readings of LIBERO's states (its workers hold their own)
         parts["physics"] = ("host", 8 * (3 * nstate + 2 * m.nsensordata), _mjdata_bytes(m))
     else:
-        from mujoco import mjx
+        from clbench_jax.sim.mjx_backend import world_data_shape
 
-        from clbench_jax.sim.mjx_backend import host_model
-
-        d = jax.eval_shape(lambda: mjx.make_data(host_model(scene, spec.mjx_impl), impl=spec.mjx_impl))
+        d = world_data_shape(scene, spec.mjx_impl)
         parts["physics"] = ("device", MJX_DATA_COPIES * (tree_bytes(d) + f32 * 7 * m.nbody), 0)
     if policy is not None:
         params = param_shapes(policy, scene.key, spec.obs, spec.image_size, seq_len, lang_dim)
@@ -477,11 +478,11 @@ def check_spec(spec: GridSpec) -> None:
         ("horizon", spec.horizon, spec.horizon >= 1),
         ("backend", spec.backend, spec.backend in ("native", "mjx", "libero")),
         ("obs", spec.obs, spec.obs in ("state", "rgb")),
-        ("obs", spec.obs, not (spec.backend == "mjx" and spec.obs == "rgb"))) if not ok]
+        ("obs", spec.obs, not (spec.backend == "mjx" and spec.obs == "rgb" and spec.mjx_impl != "warp"))) if not ok]
     if bad:
         f, v = bad[0]
-        why = ("the mjx backend has no RGB observations yet (rollout.py); use backend native for RGB"
-               if f == "obs" and v == "rgb" else "bad value")
+        why = ("the mjx backend renders only with mjx_impl warp (MuJoCo Warp's ray tracer); use it or backend "
+               "native for RGB" if f == "obs" and v == "rgb" else "bad value")
         raise ClbenchError(f"{why}: {v!r}", field=f"grid.{f}")
     check_chunk(spec.chunk)
     if len(spec.variants) != len(spec.tasks) or any(not vs or vs[0].condition != "original" for vs in spec.variants):
@@ -565,8 +566,16 @@ def _write_manifest(out: Path, fp: str, spec: GridSpec, checkpoints, chunk: dict
     doc = {"fingerprint": fp, "tasks": [t.name for t in spec.tasks],
            "checkpoints": [[c.method, c.seed, c.stage] for c in checkpoints],
            "goal_columns": [[list(map(list, g)) for g in goal_columns(vs)] for vs in spec.variants],
-           "spec": spec.settings(), "chunk": chunk}
+           "spec": spec.settings(), "renderer": renderer(spec), "chunk": chunk}
     write_json(path, doc)
+
+
+def renderer(spec: GridSpec) -> str | None:
+    """Which renderer made the policy's frames: MuJoCo's OpenGL renderer (native) or MuJoCo Warp's ray tracer
+    (mjx): policies trained on one see a shift on the other. None with state observations."""
+    if spec.obs != "rgb":
+        return None
+    return "opengl" if spec.backend == "native" else "mujoco_warp"
 
 
 def merge(out: Path, n_chunks: int, fp: str) -> dict[str, np.ndarray] | None:

@@ -158,9 +158,9 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
             occlusion_keys(obs_keys(make_policy(train_config(cfg, cfg.methods[0], cfg.seeds[0]))))
         except ClbenchError as e:
             raise ConfigError(e.message, file=where, field="grid.conditions", token="occ") from None
-    if g.backend == "mjx" and train_config(cfg, cfg.methods[0], cfg.seeds[0]).obs == "rgb":
-        raise ConfigError("the mjx backend has no RGB observations yet; use backend native for RGB", file=where,
-                          field="grid.backend")
+    if g.backend == "mjx" and g.mjx_impl != "warp" and train_config(cfg, cfg.methods[0], cfg.seeds[0]).obs == "rgb":
+        raise ConfigError("the mjx backend renders only with mjx_impl warp; use it or backend native for RGB",
+                          file=where, field="grid.mjx_impl")
     if g.variants:
         from clbench_jax.eval.grid import variants_from_file
 

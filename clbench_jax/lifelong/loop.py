@@ -100,6 +100,12 @@ _BANKS: dict = {}
 _STEPS: dict = {}
 
 
+def steps_per_dispatch() -> int:
+    """Optimizer steps per dispatch (algos/train.py apply_steps): on accelerators a small policy's step is bound
+    by the host, so 8 staged batches train in one scan; on CPUs the step itself dominates (one at a time)."""
+    return 1 if jax.default_backend() == "cpu" else 8
+
+
 def init_bank(scene, task, n: int, seed: int):
     from clbench_jax.sim.init_states import make_init_bank
 
@@ -222,7 +228,8 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
 
     from clbench_jax.algos import make_algorithm
     from clbench_jax.algos.protocol import TaskContext
-    from clbench_jax.algos.train import OptimConfig, cosine_lr, make_loss_grad, make_optimizer, make_train_step
+    from clbench_jax.algos.train import (OptimConfig, apply_steps, cosine_lr, make_loss_grad, make_optimizer,
+                                         make_train_step, make_train_steps)
     from clbench_jax.lifelong.checkpoints import StageCheckpoints
 
     from clbench_jax.jsonio import check_writable
@@ -274,8 +281,9 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
     # Algorithms are pure functions of (name, config): a compiled step is reused by later runs in this process.
     step_key = (policy, algo.name, json.dumps(algo.config, sort_keys=True), ocfg, cfg.mask_padding, augment)
     if step_key not in _STEPS:
-        _STEPS[step_key] = make_train_step(policy, algo, optimizer, mask_padding=cfg.mask_padding, augment=augment)
-    step = _STEPS[step_key]
+        _STEPS[step_key] = tuple(f(policy, algo, optimizer, mask_padding=cfg.mask_padding, augment=augment)
+                                 for f in (make_train_step, make_train_steps))
+    step, steps = _STEPS[step_key]
     loss_grad = make_loss_grad(policy)
     evaluate = Evaluator(cfg, policy, algo, tasks, langs, root, progress)
 
@@ -309,13 +317,17 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
             if epoch > 0 or train_epoch0:
                 lr = cosine_lr(epoch if train_epoch0 else epoch - 1, cfg.epochs, ocfg)
                 rng, key = derive_rng(cfg.seed, "train", tag, s, epoch), derive_key(root, "train", tag, s, epoch)
+
+                def with_replay(rng=rng):  # batch i, then its replay draw: the host rng's order, whatever k
+                    for b in batches(s, rng):
+                        pairs = algo.replay(state, rng, cfg.batch_size)
+                        yield b if pairs is None else concat_batches([b, replay_batch(pairs)])
+
+                params, opt_state, out = apply_steps(step, steps, steps_per_dispatch(), params, opt_state, state,
+                                                     with_replay(), key, lr)
                 total, nb = 0.0, 0
-                for i, b in enumerate(batches(s, rng)):
-                    pairs = algo.replay(state, rng, cfg.batch_size)
-                    if pairs is not None:
-                        b = concat_batches([b, replay_batch(pairs)])
-                    params, opt_state, info = step(params, opt_state, state, b, jax.random.fold_in(key, i), lr)
-                    total, nb = total + info["loss"], nb + 1
+                for v in (v for x in out for v in (x if np.ndim(x) else (x,))):
+                    total, nb = total + v, nb + 1
                 losses.append(float(total) / max(nb, 1))
                 if not np.isfinite(losses[-1]):
                     names = ", ".join(tasks[k].name for k in train_groups[s])

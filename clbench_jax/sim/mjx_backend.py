@@ -1,17 +1,27 @@
 """The `mjx` backend: MuJoCo XLA, the whole episode on device (`impl="warp"` on NVIDIA GPUs, CPU for tests;
 `impl="jax"` anywhere).
 
-Same model as the native backend: fixtures are mocap bodies placed per world. robosuite's OSC runs at every
+Same model as the native backend (MuJoCo Warp: box-box pairs on its primitive collider, as MuJoCo's C collider
+does): fixtures are mocap bodies placed per world. robosuite's OSC runs at every
 physics substep inside the jitted loop: its inputs (the arm's mass matrix, the grip site's Jacobian, the bias
 forces) come from a robot-only copy of the model (the arm, the gripper and the mount: nothing else moves with the
 arm's joints, so those quantities equal the full model's; tests/test_backends.py checks them) run with MJX's JAX
 kinematics, CRB and RNE, so `mjx.step` then needs no second forward pass. Contact flags: warp evaluates the
 model's contact sensors; the JAX impl has no subtree contact sensors, so it reduces its contact list to the same
 (P,) flags.
+
+MuJoCo Warp's buffers are fixed at `make_data`: contacts for all worlds together (`naconmax`, sized here per batch:
+CONTACTS_PER_WORLD x worlds) and constraint rows per world (`njmax`). What does not fit is dropped and flagged in
+the world's sticky `overflow` bitmask; `read` turns those flags into a failed episode (rollout.FAIL_OVERFLOW), so a
+result never silently rests on dropped contacts. A contact overflow flags every world (the buffer is shared).
+Solver iteration limits (also flagged there) are not failures. MuJoCo Warp's printed warnings are masked (with
+LIBERO's Newton settings they would print every substep of thousands of worlds): the records say which episodes
+lost contacts.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import jax
@@ -21,11 +31,19 @@ import numpy as np
 from mujoco import mjx
 
 from clbench_jax.sim import control, robot
+from clbench_jax.sim.rollout import FAIL_OVERFLOW, FAIL_VELOCITY, QVEL_LIMIT  # Records.fail_reason codes
 from clbench_jax.sim.scene import Scene, _base_spec, _build_spec
 
-QVEL_LIMIT = 1e3  # rad/s or m/s: beyond this a world has blown up
-CONTACTS_PER_WORLD = 256  # a resting libero_goal world has ~30 contacts; a grasp adds a few dozen
-ROWS_PER_WORLD = 1024  # elliptic friction cones: up to 6 rows per contact, plus joint limits
+CONTACTS_PER_WORLD = 256  # a resting libero_goal world has ~37 contacts (measured on warp); a grasp adds a few dozen
+ROWS_PER_WORLD = 1024  # a resting libero_goal world uses ~120 rows (elliptic cones: 3 rows per contact here)
+
+
+def capacity_bits() -> int:
+    """MuJoCo Warp's overflow flags that mean dropped work (contacts, constraint rows, collision candidates): all
+    but the solver's iteration limits."""
+    from mujoco.mjx.third_party.mujoco_warp import OverflowType as O
+
+    return int(O.ALL) & ~int(O.ITERATIONS | O.LS_ITERATIONS)
 
 
 def robot_model(scene: Scene) -> mujoco.MjModel:
@@ -43,8 +61,21 @@ def robot_model(scene: Scene) -> mujoco.MjModel:
 
 
 def host_model(scene: Scene, impl: str) -> mujoco.MjModel:
-    """The model MJX runs: the native one on warp; without the contact sensors (unsupported) on the JAX impl."""
-    return scene.model if impl == "warp" else _build_spec(scene, contact_sensors=False).compile()
+    """The model MJX runs. warp: the native one, with box-box pairs on MuJoCo Warp's primitive collider (its
+    default is general convex collision; MuJoCo's C collider uses the box-box primitive, and LIBERO's scenes are
+    mostly boxes). jax: without the contact sensors (unsupported there)."""
+    if impl != "warp":
+        return _build_spec(scene, contact_sensors=False).compile()
+    m = copy.copy(scene.model)
+    m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_NATIVECCD  # MuJoCo Warp: box-box -> primitive
+    return m
+
+
+def world_data_shape(scene: Scene, impl: str):
+    """Shapes of one world's mjx.Data as the backend allocates it (warp: its share of the contact buffer and its
+    constraint rows), for memory estimates."""
+    kw = {} if impl == "jax" else {"naconmax": CONTACTS_PER_WORLD, "njmax": ROWS_PER_WORLD}
+    return jax.eval_shape(lambda: mjx.make_data(host_model(scene, impl), impl=impl, **kw))
 
 
 def geom_groups(scene: Scene, m: mujoco.MjModel) -> np.ndarray:
@@ -63,10 +94,16 @@ def geom_groups(scene: Scene, m: mujoco.MjModel) -> np.ndarray:
 
 
 class MjxBackend:
-    def __init__(self, scene: Scene, impl: str = "warp"):
+    def __init__(self, scene: Scene, impl: str = "warp", contacts_per_world: int = CONTACTS_PER_WORLD,
+                 rows_per_world: int = ROWS_PER_WORLD):
         self.scene, self.impl = scene, impl
+        self.contacts_per_world, self.rows_per_world = contacts_per_world, rows_per_world
         self.m_host = host_model(scene, impl)
         self.mx = mjx.put_model(self.m_host, impl=impl)
+        self.capacity_bits = 0
+        if impl == "warp":
+            self.capacity_bits = capacity_bits()
+            self.mx = self.mx.tree_replace({"opt._impl.warn_overflow": 0})
         self.nsub = robot.substeps(self.m_host)
         rm = scene.robot
         self.rm = rm
@@ -96,7 +133,7 @@ class MjxBackend:
         m = self.m_host
         nq, nv = m.nq, m.nv
         # warp's contact buffer is shared by all worlds; its constraint rows are per world
-        kw = {} if self.impl == "jax" else {"naconmax": CONTACTS_PER_WORLD * n, "njmax": ROWS_PER_WORLD}
+        kw = {} if self.impl == "jax" else {"naconmax": self.contacts_per_world * n, "njmax": self.rows_per_world}
         d0 = mjx.make_data(m, impl=self.impl, **kw)
 
         def one(s, mocap):
@@ -155,6 +192,19 @@ class MjxBackend:
         return mat[self.pairs[:, 0], self.pairs[:, 1]].astype(jnp.float32)
 
     def read(self, d: mjx.Data) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray, jnp.ndarray]:
-        """-> (sensordata, found, robot joints (9,), bad) for one world; bad flags NaN or exploding velocities."""
-        bad = ~jnp.all(jnp.isfinite(d.qpos)) | (jnp.max(jnp.abs(d.qvel)) > QVEL_LIMIT)
-        return d.sensordata, self.found(d), d.qpos[self.q_adr], bad
+        """-> (sensordata, found, robot joints (9,), fail) for one world; fail: 0, FAIL_VELOCITY (NaN or exploding
+        velocities) or FAIL_OVERFLOW (MuJoCo Warp dropped contacts or constraint rows of this world)."""
+        blown = ~jnp.all(jnp.isfinite(d.qpos)) | (jnp.max(jnp.abs(d.qvel)) > QVEL_LIMIT)
+        fail = jnp.where(blown, FAIL_VELOCITY, 0)
+        if self.capacity_bits:
+            fail = jnp.where((d._impl.overflow & self.capacity_bits) != 0, FAIL_OVERFLOW, fail)
+        return d.sensordata, self.found(d), d.qpos[self.q_adr], fail.astype(jnp.int32)
+
+    @staticmethod
+    def hold(new: mjx.Data, old: mjx.Data, done: jnp.ndarray) -> mjx.Data:
+        """Batched data after a step with the finished worlds (done (N,)) put back where they were. Only the state
+        (qpos, qvel, act) is selected, not the whole tree: warp's contact arrays are shared by all worlds, and its
+        per-world constraint arrays are large. A held world re-simulates the same step from the same state, so it
+        never drifts or blows up and keeps its few contacts in the shared buffer."""
+        keep = lambda a, b: jnp.where(done.reshape((-1,) + (1,) * (a.ndim - 1)), b, a)  # noqa: E731
+        return new.replace(qpos=keep(new.qpos, old.qpos), qvel=keep(new.qvel, old.qvel), act=keep(new.act, old.act))

@@ -29,9 +29,10 @@ from clbench_jax.sim.predicates import GoalTable
 from clbench_jax.sim.scene import Scene
 
 # Why an episode failed (Records.fail_reason).
-OK, FAIL_NAN, FAIL_VELOCITY, FAIL_WORKER, FAIL_LIBERO = 0, 1, 2, 3, 4
+OK, FAIL_NAN, FAIL_VELOCITY, FAIL_WORKER, FAIL_LIBERO, FAIL_OVERFLOW = 0, 1, 2, 3, 4, 5
 FAIL_REASONS = {OK: "ok", FAIL_NAN: "non-finite physics state", FAIL_VELOCITY: "velocity blow-up",
-                FAIL_WORKER: "LIBERO worker process lost", FAIL_LIBERO: "LIBERO's environment raised an error"}
+                FAIL_WORKER: "LIBERO worker process lost", FAIL_LIBERO: "LIBERO's environment raised an error",
+                FAIL_OVERFLOW: "MuJoCo Warp dropped contacts or constraints (raise the mjx backend's capacities)"}
 QVEL_LIMIT = 1e3
 MOVE_THRESHOLD = 0.01  # action initiation: EE moved > 1 cm or a finger joint changed > 0.01
 REACH_RADIUS = 0.05  # first_reach: grip site within 5 cm of an object's body origin (not already so at reset)
@@ -138,6 +139,8 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
     (carry, tasks, goals, sensordata (N, ns), found (N, P), robot_q (N, 9), bad (N,), images)
         -> (carry, gripper ctrl (N, n_substeps, 2), controller userdata (N, NUSERDATA)).
 
+    `bad`: bool (a physics blow-up, recorded as FAIL_VELOCITY) or int32 fail codes (0: fine).
+
     `robot_q` are the exact arm and finger joints now (sensor readings come from the last substep's forward pass,
     as robosuite's body positions do). The policy sees LIBERO's proprio keys, object tokens (and images), and --
     for scripted experts only -- the privileged `sensordata`, `found`, `goals` and `tasks` of its world (a
@@ -155,7 +158,9 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
         live = ~rec.done & (t > warmup)  # worlds whose step just ran under the policy
         step = t - warmup
         bad_nan = ~(jnp.all(jnp.isfinite(sens), axis=1) & jnp.all(jnp.isfinite(robot_q), axis=1))
-        failed = live & (bad | bad_nan)
+        code = jnp.where(bad, FAIL_VELOCITY, OK) if bad.dtype == jnp.bool_ else bad
+        code = jnp.where(bad_nan, FAIL_NAN, code)
+        failed = live & (code != OK)
         ok = live & ~failed
         new_succ = ok[:, None] & holds
         grasp = jax.vmap(lambda f: env.finger_contacts(c, f))(found)  # (N, E)
@@ -176,7 +181,7 @@ def make_advance(c: env.SceneConsts, policy: PolicyFn, warmup: int, horizon: int
             first_grasp=jnp.where(ok & (rec.first_grasp < 0), grasp_idx, rec.first_grasp),
             first_reach=jnp.where(ok & (rec.first_reach < 0), reach_idx, rec.first_reach),
             length=jnp.where(live, step, rec.length),
-            fail_reason=jnp.where(failed, jnp.where(bad_nan, FAIL_NAN, FAIL_VELOCITY), rec.fail_reason),
+            fail_reason=jnp.where(failed, code, rec.fail_reason),
         )
         stop = failed | (step >= horizon)
         if stop_at_success:
@@ -259,11 +264,11 @@ def rollout(scene: Scene, policy: PolicyFn, pstate0, batch: EpisodeBatch, horizo
         out = _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
                               obs_mode, image_size, nthread, progress, trace)
     elif backend == "mjx":
-        if obs_mode != "state":
-            raise ValueError("the mjx backend renders only with impl='warp' on NVIDIA GPUs; use obs_mode='state' "
-                             "or the native backend for RGB observations on CPU")
+        if obs_mode != "state" and mjx_impl != "warp":
+            raise ValueError("the mjx backend renders only with impl='warp' (MuJoCo Warp's ray tracer); use "
+                             "obs_mode='state' or the native backend for RGB observations")
         out = _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success,
-                           mjx_impl, trace)
+                           mjx_impl, trace, obs_mode == "rgb", image_size)
     elif backend == "libero":
         out, report = libero_backend.run(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup,
                                          stop_at_success, obs_mode, image_size, libero_workers, progress, trace)
@@ -359,30 +364,50 @@ def _rollout_native(scene, c, policy, pstate0, batch, tasks, goals, horizon, war
     return carry
 
 
-def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success, impl, trace):
+def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup, stop_at_success, impl, trace,
+                 with_images=False, image_size=128):
     from clbench_jax.sim.mjx_backend import MjxBackend
 
+    n = batch.task_ids.shape[0]
     be = _cached(("mjx-backend", id(scene), impl), lambda: MjxBackend(scene, impl=impl))
-    run = _cached(("mjx", id(scene), policy, warmup, horizon, stop_at_success, impl),
-                  lambda: _mjx_runner(be, make_advance(c, policy, warmup, horizon, stop_at_success, be.nsub),
-                                      warmup + horizon))
+    cams = None
+    if with_images:  # MuJoCo Warp's render buffers are sized for n worlds: one context per batch size
+        from clbench_jax.sim.warp_render import WarpCameras
+
+        cams = _cached(("mjx-cameras", id(scene), impl, n, image_size),
+                       lambda: WarpCameras(be.m_host, be.mx, n, image_size))
+    run = _cached(("mjx", id(scene), policy, warmup, horizon, stop_at_success, impl, id(cams)),
+                  lambda: _mjx_runner(be, make_advance(c, policy, warmup, horizon, stop_at_success, be.nsub,
+                                                       with_images), warmup + horizon, cams))
     d = be.init_data(batch.state, batch.mocap)
     carry = _new_carry(scene, batch, pstate0, goals.pred.shape[1], c, warmup + horizon if trace else None)
     return run(d, carry, tasks, goals)
 
 
-def _mjx_runner(be, advance, total: int):
+def _mjx_runner(be, advance, total: int, cams=None):
+    """The whole episode as one jitted while loop: per control step the physics (25 substeps with the OSC), the
+    cameras (with `cams`), the sensors, predicates, records and the policy, for all worlds; nothing returns to the
+    host until every episode is done (tests/test_backends.py checks the program has no host callback)."""
+
+    def observe(d):
+        sens, found, robot_q, bad = jax.vmap(be.read)(d)
+        imgs = None
+        if cams is not None:
+            imgs, d = jax.vmap(cams.render)(d)
+        return d, (sens, found, robot_q, bad, imgs)
+
     @jax.jit
     def run(d, carry, tasks, goals):
         # Same order as the native loop: advance on the reset reading, then (step, advance) until done.
-        sens, found, robot_q, bad = jax.vmap(be.read)(d)
-        carry, g_ctrl, udata = advance(carry, tasks, goals, sens, found, robot_q, bad)
+        d, obs = observe(d)
+        carry, g_ctrl, udata = advance(carry, tasks, goals, *obs)
 
         def body(state):
             d, carry, g_ctrl, udata = state
-            d = jax.vmap(be.step)(d, g_ctrl, udata)  # finished worlds step on; their records are final
-            sens, found, robot_q, bad = jax.vmap(be.read)(d)
-            carry, g_ctrl, udata = advance(carry, tasks, goals, sens, found, robot_q, bad)
+            # finished worlds (records final) are held in place: they cannot drift, blow up or flood the contacts
+            d = be.hold(jax.vmap(be.step)(d, g_ctrl, udata), d, carry.rec.done)
+            d, obs = observe(d)
+            carry, g_ctrl, udata = advance(carry, tasks, goals, *obs)
             return d, carry, g_ctrl, udata
 
         def cond(state):
