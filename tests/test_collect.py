@@ -19,7 +19,7 @@ from clbench_jax.cli import main
 from clbench_jax.data import collect, hdf5
 from clbench_jax.data.collect import CollectConfig, collect_tasks, is_finished, scene_of, task_file
 from clbench_jax.errors import ClbenchError, DataFileError
-from clbench_jax.sim import control, rollout
+from clbench_jax.sim import control, predicates, rollout
 from clbench_jax.sim.native import state_to_qpos
 from clbench_jax.tasks.suites import get_task
 
@@ -118,7 +118,7 @@ def test_observations_are_consistent(collected, scene):
     # the hand points down, so the angle is near pi where +-axis name one rotation)
     for t in (0, len(o["ee_ori"]) // 2, -1):
         xyzw = d["robot_states"][t, 5:]
-        r_quat = np.asarray(control.quat_to_mat(np.r_[xyzw[3], xyzw[:3]]))
+        r_quat = np.asarray(predicates.quat_to_mat(np.r_[xyzw[3], xyzw[:3]]))
         np.testing.assert_allclose(r_quat, np.asarray(control.axisangle_to_mat(o["ee_ori"][t])), atol=1e-5)
     # the first row matches the initial state's arm joints exactly (no lag at reset)
     m = scene.model
