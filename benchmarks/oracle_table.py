@@ -22,6 +22,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from common import add_profile_arg, maybe_profile, write_json  # noqa: E402
 
+from clbench_jax import caches  # noqa: E402
 from clbench_jax.data.oracle import oracle_success  # noqa: E402
 from clbench_jax.sim.scene import build_scene  # noqa: E402
 from clbench_jax.tasks.suites import scene_tasks, suite_tasks  # noqa: E402
@@ -81,19 +82,20 @@ def run(a) -> None:
                                  for s, rows in old.get("suites", {}).items()}
             t0 -= old.get("seconds", 0.0)  # total time over all sessions
     suites = [s for s in a.suites.split(",") if s]
-    jobs = []  # (suite, scene key, [tasks]) -- one batch per scene
+    jobs = []  # (suite, scene key, [tasks]) -- one scene and one batch each
     for suite in suites:
         by_scene: dict[str, list] = {}
         for t in suite_tasks(suite):
             if t.name not in results["suites"].get(suite, {}):
-                by_scene.setdefault(t.scene, []).append(t)
+                # libero_spatial / _object / _goal: one scene for the suite; libero_10 / _90: one per LIBERO scene
+                by_scene.setdefault(t.scene if suite in ("libero_10", "libero_90") else suite, []).append(t)
         jobs += [(suite, k, v) for k, v in by_scene.items()]
     bar = tqdm(total=sum(len(v) for _, _, v in jobs), desc="oracle tasks")
-    scenes = {}
     for suite, key, tasks in jobs:
-        if key not in scenes:
-            scenes[key] = build_scene(scene_tasks(key) if suite in ("libero_10", "libero_90") else suite_tasks(suite))
-        res = oracle_success(scenes[key], tasks, n_of.get(suite, a.n), seed=a.seed, horizon=a.horizon)
+        scene = build_scene(scene_tasks(key) if suite in ("libero_10", "libero_90") else suite_tasks(suite))
+        res = oracle_success(scene, tasks, n_of.get(suite, a.n), seed=a.seed, horizon=a.horizon)
+        del scene
+        caches.release()  # one scene at a time: compiled code and scenes would otherwise pile up (~14 GB)
         rows = results["suites"].setdefault(suite, {})
         for t in tasks:
             rows[t.name] = res[t.name]
