@@ -14,7 +14,7 @@ KILL_AT = {"collect": "demo_000003.hdf5", "train": 5, "grid": 3}
 def collect_config():
     from clbench_jax.data.collect import CollectConfig
 
-    return CollectConfig(n=8, generator="confounded", seed=0, horizon=100, batch=8, images=False)
+    return CollectConfig(n=8, generator="confounded", seed=0, horizon=200, batch=8, images=False)
 
 
 def tasks():
@@ -28,7 +28,7 @@ def train_config(demos_dir: str):
     from clbench_jax.lifelong.config import make_config
 
     return make_config(dict(suite="libero_goal", tasks=[t.name for t in tasks()], algo="er", epochs=30,
-                            eval_every=30, n_eval=2, horizon=60, warmup=1, batch_size=32, lr=1e-3, lang="onehot",
+                            eval_every=30, n_eval=2, horizon=150, warmup=1, batch_size=32, lr=1e-3, lang="onehot",
                             seed=1, demos_dir=demos_dir,
                             policy_kwargs=dict(embed_dim=32, num_layers=1, num_heads=2, head_dim=16, mlp_dim=64,
                                                gmm_hidden=[64], gmm_modes=2, seq_len=4)))

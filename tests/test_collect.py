@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from clbench_jax.cli import main
-from clbench_jax.data import collect, hdf5
+from clbench_jax.data import collect, hdf5, oracle
 from clbench_jax.data.collect import CollectConfig, collect_tasks, is_finished, scene_of, task_file
 from clbench_jax.errors import ClbenchError, DataFileError
 from clbench_jax.sim import control, predicates, rollout
@@ -207,7 +207,9 @@ def test_refused_task_is_skipped(tmp_path):
         CollectConfig(n=0)
 
 
-FREE_STEPS = 5  # the first actions: the hand moves in free space towards the knob (contact comes ~30 steps later)
+# the first moving actions (after the oracle's idle warm-up steps): the hand moves in free space towards the knob
+# (contact comes ~30 steps later)
+FREE = slice(oracle.SETTLE, oracle.SETTLE + 5)
 
 
 @pytest.mark.slow
@@ -231,8 +233,8 @@ def test_batch_size_changes_speed_and_rounding_only(collected, tmp_path):
         x, y = a[k], b[k]
         np.testing.assert_array_equal(x["states"][0], y["states"][0])
         np.testing.assert_array_equal(x["attrs"]["policy_key"], y["attrs"]["policy_key"])
-        np.testing.assert_allclose(x["actions"][:FREE_STEPS], y["actions"][:FREE_STEPS], rtol=0, atol=1e-4)
-    first, second = a[common[0]]["actions"][:FREE_STEPS], a[common[1]]["actions"][:FREE_STEPS]
+        np.testing.assert_allclose(x["actions"][FREE], y["actions"][FREE], rtol=0, atol=1e-4)
+    first, second = a[common[0]]["actions"][FREE], a[common[1]]["actions"][FREE]
     assert np.abs(first - second).max() > 1e-2
     ex = hdf5.read_meta(rows[0]["path"])["extras_attrs"]
     assert ex["attempts"] == ex["successes"] + ex["failures"] and ex["successes"] == CFG.n

@@ -346,8 +346,11 @@ def geometry(scene: Scene) -> dict:
             # owner's centre) and offset, its top
             pts = (body_points(m, d, jb, frame=jb) @ Rb.T + pb - po) @ Ro
             rel = pts - jt["anchor"][j]
-            L = rel[np.argmax(np.linalg.norm(rel[:, :2], axis=1)), :2]
-            L = np.array([*(L / np.linalg.norm(L)), 0.0])
+            # the slab's long horizontal axis (not the direction of its farthest corner, 5.5 deg off for the
+            # microwave's 2.5 cm thick door), signed toward the free edge
+            xy = rel[:, :2]
+            L = np.linalg.eigh(np.cov((xy - xy.mean(0)).T))[1][:, -1]
+            L = np.array([*(L if xy.mean(0) @ L > 0 else -L), 0.0])
             n = np.array([-L[1], L[0], 0.0])
             n = n if (pts.mean(0) - (T["lo"][o] + T["hi"][o]) / 2) @ n > 0 else -n  # away from the owner's middle
             jt["dL"][j], jt["dn"][j], jt["dlen"][j] = L, n, (rel @ L).max()
