@@ -90,8 +90,9 @@ def test_training_killed_mid_stage_resumes_to_the_same_weights(reference_demos, 
     from clbench_jax.lifelong.loop import run_lifelong
 
     full = run_lifelong(cfg, str(tmp_path / "full"), progress=False)
-    s = np.array(full["success_matrix"], float)
-    assert np.nanmax(s) > 0, f"trivial success matrix {full['success_matrix']}: the comparison would say little"
+    # the tiny policy does not yet succeed after 30 epochs on LIBERO's scenes (the success matrix is all zero), so
+    # what makes the comparison informative is the training itself: the loss moved in every stage
+    assert all(ls[-1] < ls[0] - 0.5 for ls in full["losses"]), full["losses"]
 
     killed = tmp_path / "killed"
     kill_during("train", killed, reference_demos)
