@@ -407,6 +407,7 @@ def chunk_plan(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy=None, *
     check_chunk(spec.chunk)
     if spec.chunk != "auto":
         return {"requested": int(spec.chunk), "episodes": int(spec.chunk)}
+    from clbench_jax.eval import shard
     from clbench_jax.lifelong.loop import scene_for
 
     by_scene = groups_by_scene(spec, checkpoints)
@@ -416,10 +417,7 @@ def chunk_plan(spec: GridSpec, checkpoints: Sequence[Checkpoint], policy=None, *
     memory = available_memory()
     max_groups = max((len(gs) for gs in by_scene.values()), default=1)
     episodes = choose_chunk(parts, memory, n_rollouts=spec.n_rollouts, max_groups=max_groups, n_devices=n_devices)
-    if jax.process_count() > 1:  # every host plans the same chunks: process 0's choice
-        from jax.experimental import multihost_utils
-
-        episodes = int(multihost_utils.broadcast_one_to_all(np.int64(episodes)))
+    episodes = int(shard.from_host0("chunk", str(episodes)))  # every host plans the same chunks: process 0's choice
     per, fixed = pool_totals(parts, memory)
     return {"requested": "auto", "episodes": episodes, "groups_per_chunk": episodes // spec.n_rollouts,
             "max_groups_per_scene": max_groups, "n_devices": n_devices, "fraction": SAFETY,
@@ -557,7 +555,8 @@ def open_folder(out: Path, spec: GridSpec, checkpoints, policy, n_devices: int) 
     chunk = chunk_plan(spec, checkpoints, policy, n_devices=n_devices)
     spec = replace(spec, chunk=chunk["episodes"])
     fp = spec.fingerprint(checkpoints, policy)
-    _write_manifest(out, fp, spec, checkpoints, chunk)
+    if jax.process_index() == 0:  # hosts sharing the folder would race on grid.json's temporary file
+        _write_manifest(out, fp, spec, checkpoints, chunk)
     return spec, fp
 
 

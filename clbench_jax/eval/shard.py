@@ -4,11 +4,13 @@ A grid chunk is a fixed number of episodes; D devices run D chunks at once, one 
 policy -- the only cross-episode computation -- runs under `jax.shard_map`, so each device computes exactly the
 program a single device runs for one chunk (same shapes, same ops): the sharded grid reproduces the single-device
 grid bit for bit. Physics is per world (native: host threads; mjx: the episode arrays are placed along the mesh
-axis and XLA partitions the vmapped step). Hosts split the chunk list round-robin and write their own chunk files.
+axis and XLA partitions the vmapped step). Hosts split process 0's list of pending chunks round-robin and write
+their own chunk files (tests/test_distributed.py: two real processes merge to the one-process table).
 """
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 
 import jax
@@ -80,14 +82,42 @@ def place(tree, mesh: Mesh):
     return jax.device_put(tree, NamedSharding(mesh, P(AXIS)))
 
 
-def host_share(items: list) -> list:
-    """This host's share of a work list (round-robin over jax.distributed processes; all of it on one host)."""
+# Hosts agree through jax.distributed's coordination service (its key-value store and barriers), not through device
+# collectives: on CPUs a host's first gloo collective fails when the other hosts reach it more than 30 s later,
+# and hosts finish their chunk shares far apart. Keys are numbered per tag; every host makes the same calls.
+HOST_WAIT_S = 7 * 24 * 3600  # how long a host waits for the others
+_calls: dict[str, int] = {}
+
+
+def _key(tag: str) -> str:
+    _calls[tag] = _calls.get(tag, 0) + 1
+    return f"clbench/{tag}/{_calls[tag]}"
+
+
+def from_host0(tag: str, value: str) -> str:
+    """Process 0's `value` on every host (this host's own on one host)."""
+    if jax.process_count() == 1:
+        return value
+    from jax._src.distributed import global_state
+
+    key = _key(tag)
+    if jax.process_index() == 0:
+        global_state.client.key_value_set(key, value)
+        return value
+    return global_state.client.blocking_key_value_get(key, HOST_WAIT_S * 1000)
+
+
+def host_share(items: list[int]) -> list[int]:
+    """This host's share of the pending chunk ids `items`: round-robin over jax.distributed processes (all of them
+    on one host). Every host splits process 0's list: a host that lists the chunk files after another has written
+    one would otherwise split a shorter list, run some chunks twice and leave others to no one."""
+    items = json.loads(from_host0("pending", json.dumps(list(items))))
     return items[jax.process_index()::jax.process_count()]
 
 
 def wait_for_hosts(tag: str) -> None:
     """Barrier across hosts (no-op on one host) before the merge reads every host's chunk files."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
+        from jax._src.distributed import global_state
 
-        multihost_utils.sync_global_devices(tag)
+        global_state.client.wait_at_barrier(_key(tag), HOST_WAIT_S * 1000)
