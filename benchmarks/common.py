@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 
@@ -29,9 +30,23 @@ def machine() -> dict:
                 mem = round(int(line.split()[1]) / 2**20, 1)
     import mujoco
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
-            "platform": platform.platform(), "jax_devices": [str(d) for d in jax.devices()],
-            "versions": {"jax": jax.__version__, "mujoco": mujoco.__version__, "numpy": np.__version__}}
+    out = {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
+           "platform": platform.platform(), "jax_devices": [str(d) for d in jax.devices()],
+           "versions": {"jax": jax.__version__, "mujoco": mujoco.__version__, "numpy": np.__version__}}
+    from importlib import metadata
+
+    for dist in ("mujoco-mjx", "warp-lang", "flax"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out["versions"][dist] = metadata.version(dist)
+    if jax.default_backend() != "cpu":
+        dev = jax.devices()[0]
+        out["accelerator"] = {"device_kind": dev.device_kind, "count": jax.device_count(),
+                              "bytes_limit": (dev.memory_stats() or {}).get("bytes_limit")}
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            q = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20)
+            out["accelerator"]["nvidia_smi"] = q.stdout.strip()
+    return out
 
 
 def write_json(path: str | Path, data: dict) -> None:
@@ -51,6 +66,26 @@ def mlp_policy(obs_dim: int, hidden: int = 256, seed: int = 0):
         return jnp.tanh(jnp.tanh(x @ w1) @ w2), pstate
 
     return policy, ()
+
+
+def bc_transformer_policy(scene, mode: str = "state", image_size: int = 128, seed: int = 0, **overrides):
+    """LIBERO's BC-Transformer (default size unless `overrides`), random-init, as a rollout policy (the policy
+    samples its GMM, as LIBERO's evaluation does) -> (policy_fn, pstate_for(n)): the initial policy state of n
+    episodes (the parameters, a random 384-d language embedding per episode, an empty observation window)."""
+    from clbench_jax.policies import make_bc_transformer
+    from clbench_jax.policies.act import initial_pstate, make_policy_fn, obs_spec
+
+    pol = make_bc_transformer(mode, **overrides)
+    spec = obs_spec(scene, mode, image_size)
+    t = pol.cfg.seq_len
+    ex = {"obs": {k: np.zeros((1, t) + s, d) for k, (s, d) in spec.items()}, "lang": np.zeros((1, 384), np.float32)}
+    params = pol.init(jax.random.PRNGKey(seed), ex)
+
+    def pstate_for(n: int):
+        lang = jax.random.normal(jax.random.PRNGKey(seed + 1), (n, 384)) / np.sqrt(384)
+        return initial_pstate(params, lang, spec, t)
+
+    return make_policy_fn(pol), pstate_for
 
 
 def add_profile_arg(parser) -> None:

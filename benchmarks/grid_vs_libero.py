@@ -12,10 +12,13 @@ policy-noise keys, on the same MuJoCo model.
 (b) the grid: every (checkpoint, task, variant) group at once in chunks of `--chunk` episodes, stacked parameters,
     threaded native physics.
 
-Compilation is excluded on both sides (each is run once before it is timed). Writes JSON + prints a table.
+Compilation is excluded on both sides (each is run once before it is timed). Writes JSON (after every row) + prints
+a table. Each row projects seed 000's full one-suite grid (FULL_GRID_STEPS control steps) at its measured rate.
 
     python benchmarks/grid_vs_libero.py                          # CPU defaults (~5 minutes on 2 busy cores)
     python benchmarks/grid_vs_libero.py --checkpoints 8 --rollouts 20 --chunk 1024 --backend mjx   # accelerator
+    python benchmarks/grid_vs_libero.py --ways grid --backend mjx --mjx-impl warp --rgb-backend mjx \
+        --policy-size libero          # the grid alone on a GPU, RGB rendered there, LIBERO's BC-Transformer size
 """
 
 from __future__ import annotations
@@ -225,14 +228,21 @@ def main(argv=None):
     ap.add_argument("--envs", type=int, default=20, help="LIBERO's SubprocVectorEnv size")
     ap.add_argument("--chunk", type=lambda s: s if s == "auto" else int(s), default="auto",
                     help="grid episodes per chunk, or auto (sized from free memory, docs/GRID.md)")
-    ap.add_argument("--backend", default="native", choices=["native", "mjx"], help="grid backend, state obs (RGB "
-                    "always uses native: the mjx backend has no RGB observations yet)")
+    ap.add_argument("--backend", default="native", choices=["native", "mjx"], help="grid backend, state obs")
+    ap.add_argument("--rgb-backend", default="native", choices=["native", "mjx"],
+                    help="grid backend with RGB observations (mjx: --mjx-impl warp, MuJoCo Warp's ray tracer)")
     ap.add_argument("--mjx-impl", default="jax", choices=["jax", "warp"])
+    ap.add_argument("--ways", default="libero,grid", help="comma list, run in this order: libero (LIBERO's "
+                    "evaluation loop), grid")
+    ap.add_argument("--policy-size", default="small", choices=["small", "libero"],
+                    help="small: a 1-layer BC-Transformer (SMALL); libero: LIBERO's default size")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/grid_vs_libero_cpu.json"))
     add_profile_arg(ap)
     a = ap.parse_args(argv)
 
     global POOL
+    # imported before libero_way swaps its stand-ins into sim.native: init_states binds NativeWorlds at import
+    import clbench_jax.sim.init_states  # noqa: F401
     from clbench_jax.eval import grid as G
     from clbench_jax.lifelong.loop import scene_for
     from clbench_jax.policies import make_bc_transformer
@@ -242,20 +252,27 @@ def main(argv=None):
 
     tasks = tuple(suite_tasks("libero_goal")[:a.tasks])
     scene = scene_for(tasks[0].scene)
-    POOL = WorkerPool(scene.model, a.envs, robot.substeps(scene.model), 128)  # fork before JAX computes anything
+    ways = [w for w in a.ways.split(",") if w]
+    if "libero" in ways:
+        POOL = WorkerPool(scene.model, a.envs, robot.substeps(scene.model), 128)  # fork before JAX computes anything
     allv = G.variants_from_file(REPO / "configs/variants/libero_goal.offline.json", tasks)
     variants = tuple((vs[0], next(v for v in vs if v.condition == "paraphrase")) for vs in allv)
     rows = []
+    result = {"benchmark": "grid_vs_libero", "machine": machine(), "args": vars(a),
+              "workload": {"suite": "libero_goal", "tasks": [t.name for t in tasks], "variants": 2,
+                           "policy": ({k: dict(v) for k, v in SMALL.items()} if a.policy_size == "small"
+                                      else "LIBERO's BC-Transformer (default size)"), "warmup": 5},
+              "full_grid_control_steps": FULL_GRID_STEPS, "rows": rows}
     try:
         with maybe_profile(a.profile):
             for obs, horizon, n_ck in (("state", a.horizon, a.checkpoints),
                                        ("rgb", a.rgb_horizon, a.rgb_checkpoints)):
                 if horizon <= 0:
                     continue
-                policy = make_bc_transformer(obs, **SMALL[obs])
+                policy = make_bc_transformer(obs, **(SMALL[obs] if a.policy_size == "small" else {}))
+                backend = a.backend if obs == "state" else a.rgb_backend
                 spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=a.rollouts, horizon=horizon, obs=obs,
-                                  backend=a.backend if obs == "state" else "native", mjx_impl=a.mjx_impl,
-                                  chunk=a.chunk)
+                                  backend=backend, mjx_impl=a.mjx_impl, chunk=a.chunk)
                 emb = G.embed_variants(spec, "minilm")
                 ex = {"obs": {k: np.zeros((1, policy.cfg.seq_len) + s, d)
                               for k, (s, d) in obs_spec(scene, obs).items()},
@@ -264,29 +281,36 @@ def main(argv=None):
                 # Every checkpoint is the last stage, so all T tasks are evaluated under each.
                 cks = [G.Checkpoint("random-init", i, len(tasks) - 1, lambda j, p=p: p)
                        for i, p in enumerate(params)]
-                cols, t_grid = grid_way(spec, cks, policy, emb)
-                recs, t_lib = libero_way(spec, cks, policy, emb, a.envs)
-                n_ep = len(cols["method"])
-                steps_grid = int(cols["length"].sum()) + n_ep * spec.warmup
-                steps_lib = int(sum(r.length.sum() for r in recs)) + n_ep * spec.warmup
-                succ_grid = float(np.mean(cols["success"][:, 0]))
-                succ_lib = float(np.mean(np.concatenate([r.success[:, 0] for r in recs])))
-                for way, secs, steps, succ in (("libero (20 env workers)", t_lib, steps_lib, succ_lib),
-                                               (f"grid (chunk {a.chunk})", t_grid, steps_grid, succ_grid)):
-                    rows.append({"observations": obs, "way": way, "episodes": n_ep, "horizon": horizon,
+                for way in ways:
+                    if way == "grid":
+                        cols, secs = grid_way(spec, cks, policy, emb)
+                        n_ep = len(cols["method"])
+                        steps = int(cols["length"].sum()) + n_ep * spec.warmup
+                        succ = float(np.mean(cols["success"][:, 0]))
+                        name = f"grid (chunk {a.chunk}, {backend}{'-' + a.mjx_impl if backend == 'mjx' else ''})"
+                    else:
+                        recs, secs = libero_way(spec, cks, policy, emb, a.envs)
+                        n_ep = sum(len(r.length) for r in recs)
+                        steps = int(sum(r.length.sum() for r in recs)) + n_ep * spec.warmup
+                        succ = float(np.mean(np.concatenate([r.success[:, 0] for r in recs])))
+                        name = f"libero ({a.envs} env workers)"
+                    rows.append({"observations": obs, "way": name, "episodes": n_ep, "horizon": horizon,
                                  "control_steps": steps, "seconds": secs, "episodes_per_hour": n_ep / secs * 3600,
                                  "control_steps_per_s": steps / secs, "success_rate": succ,
                                  "full_grid_hours_projected": FULL_GRID_STEPS / (steps / secs) / 3600})
-                rows[-1]["speedup"] = t_lib / t_grid
-                print(table(rows[-2:], ["observations", "way", "episodes", "control_steps", "seconds",
-                                        "episodes_per_hour", "speedup"]), flush=True)
+                    if obs == "rgb":
+                        rows[-1]["renderer"] = G.renderer(spec) if way == "grid" else "opengl"
+                    write_json(a.out, result)  # after every row: a time limit keeps the finished rows
+                if len(ways) == 2:
+                    lib, grid = (next(r for r in rows[-2:] if r["way"].startswith(w)) for w in ("libero", "grid"))
+                    grid["speedup"] = lib["seconds"] / grid["seconds"]
+                print(table(rows[-len(ways):], ["observations", "way", "episodes", "control_steps", "seconds",
+                                                "episodes_per_hour", "speedup", "full_grid_hours_projected"]),
+                      flush=True)
     finally:
-        POOL.close()
-    result = {"benchmark": "grid_vs_libero", "machine": machine(), "args": vars(a),
-              "load_average_1_5_15min_at_end": list(os.getloadavg()),  # other jobs sharing the cores
-              "workload": {"suite": "libero_goal", "tasks": [t.name for t in tasks], "variants": 2,
-                           "policy": {k: dict(v) for k, v in SMALL.items()}, "warmup": 5},
-              "full_grid_control_steps": FULL_GRID_STEPS, "rows": rows}
+        if POOL is not None:
+            POOL.close()
+    result["load_average_1_5_15min_at_end"] = list(os.getloadavg())  # other jobs sharing the cores
     write_json(a.out, result)
     print(table(rows, ["observations", "way", "episodes", "control_steps", "seconds", "episodes_per_hour",
                        "control_steps_per_s", "success_rate", "speedup", "full_grid_hours_projected"]))

@@ -1,7 +1,9 @@
 """Train-step throughput of the BC policies (BC-RNN, BC-Transformer, BC-ViLT; state and RGB), with LIBERO's own
 PyTorch policies timed on the same batch shapes as the peer; `--algos` adds rows for the lifelong algorithms' steps
 (l2m, tail, iscil, dmpel: the frozen base plus the method's adapters, retrieval and routing, with their default
-settings, after the first task's start_task on the benchmark batch, in a 10-task run).
+settings, after the first task's start_task on the benchmark batch, in a 10-task run); `--scan 1,10` adds rows for
+the multi-step path (clbench_jax.algos.train.make_train_steps: K optimizer steps in one dispatch, a lax.scan over K
+batches staged on the device; per-step rates divide the dispatch's time by K).
 
 What is timed: the jitted step of clbench_jax.algos.train.make_train_step (sequential fine-tuning: GMM NLL over the
 policy in train mode, dropout on, gradient clipped at global norm 100, AdamW lr 1e-4 wd 1e-4; RGB mode also runs
@@ -19,6 +21,8 @@ Usage:
   python benchmarks/train_throughput.py --resume               # keep finished rows of an interrupted run
   python benchmarks/train_throughput.py --policies transformer --modes state --batches 32 --peer-python '' \
       --algos seqft,l2m,tail,iscil,dmpel --out benchmarks/results/train_throughput_methods_cpu.json
+  python benchmarks/train_throughput.py --policies transformer,rnn,vilt --modes state --batches 32 --scan 1,10 \
+      --peer-python ''                                         # one step per dispatch vs 10 (lax.scan)
 Writes benchmarks/results/train_throughput_cpu.json (atomic, after every row) and prints a table.
 """
 
@@ -79,14 +83,15 @@ N_TASKS = 10  # a LIBERO suite's tasks: the size of the per-task adapter banks a
 
 
 def run_one(policy: str, mode: str, b: int, steps: int, warmup: int, t: int, img: int, lang_dim: int,
-            profile: str | None = None, algo_name: str = "seqft") -> dict:
-    """Time one configuration in this process -> row dict (`profile`: a jax.profiler trace of the timed steps)."""
+            profile: str | None = None, algo_name: str = "seqft", scan: int = 1) -> dict:
+    """Time one configuration in this process -> row dict (`profile`: a jax.profiler trace of the timed steps).
+    scan > 1: `steps` dispatches of make_train_steps, each `scan` optimizer steps over `scan` stacked batches."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from clbench_jax.algos import TaskContext, make_algorithm
-    from clbench_jax.algos.train import make_optimizer, make_train_step
+    from clbench_jax.algos.train import make_optimizer, make_train_step, make_train_steps
     from clbench_jax.policies import make_bc_rnn, make_bc_transformer, make_bc_vilt
 
     pol = {"transformer": make_bc_transformer, "rnn": make_bc_rnn, "vilt": make_bc_vilt}[policy](mode)
@@ -100,16 +105,23 @@ def run_one(policy: str, mode: str, b: int, steps: int, warmup: int, t: int, img
     params, state = algo.start_task(params, state, 0, ctx)
     opt = make_optimizer()
     opt_state = opt.init(params)
-    step = make_train_step(net, algo, opt, augment=(mode == "rgb"))
     lr = jnp.float32(1e-4)
-
     key = {"policy": policy, "framework": "jax", "obs": mode, "batch": b, "algo": algo_name}
+    if scan > 1:  # K optimizer steps per dispatch: K batches stacked on a leading axis, K keys
+        fn = make_train_steps(net, algo, opt, augment=(mode == "rgb"))
+        batch = jax.tree_util.tree_map(lambda x: jnp.stack([x] * scan), batch)
+        keys_for = lambda k: jax.random.split(k, scan)  # noqa: E731
+        key["steps_per_dispatch"] = scan
+    else:
+        fn = make_train_step(net, algo, opt, augment=(mode == "rgb"))
+        keys_for = lambda k: k  # noqa: E731
     t0 = time.perf_counter()
-    step = step.lower(params, opt_state, state, batch, jax.random.PRNGKey(1), lr).compile()
+    compiled = fn.lower(params, opt_state, state, batch, keys_for(jax.random.PRNGKey(1)), lr).compile()
+    step = lambda p, o, s, bt, k, lr_: compiled(p, o, s, bt, keys_for(k), lr_)  # noqa: E731
     compile_s = time.perf_counter() - t0
     # XLA knows the step's buffer sizes before running it: refuse a step that cannot fit (a swapless machine
     # shared with others would OOM-kill), and record why.
-    mem = step.memory_analysis()
+    mem = compiled.memory_analysis()
     need = mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes
     if need > 0.85 * _mem_available():
         return {**key, "compile_s": compile_s, "needs_gib": need / 2**30,
@@ -130,16 +142,17 @@ def run_one(policy: str, mode: str, b: int, steps: int, warmup: int, t: int, img
         cpu.append(time.process_time() - c0)
     if profile:
         jax.profiler.stop_trace()
-    med = sorted(times)[len(times) // 2]
+    med = sorted(times)[len(times) // 2] / scan  # per optimizer step
     mask = algo.grad_mask(params, state)
     trainable = (sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params)) if mask is None else
                  sum(int(np.sum(np.broadcast_to(np.asarray(m), np.shape(x))))
                      for x, m in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(mask))))
+    loss = info["loss"] if scan == 1 else info["loss"][-1]
     return {**key, "seq_len": t, "needs_gib": need / 2**30,
             "params": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params))), "trainable": trainable,
             "compile_s": compile_s, "steps": steps, "step_s_median": med, "step_s_all": times,
-            "steps_per_s": 1.0 / med, "samples_per_s": b / med, "cpu_s_per_step": sorted(cpu)[len(cpu) // 2],
-            "loss": float(info["loss"]), "loadavg_1min": os.getloadavg()[0],
+            "steps_per_s": 1.0 / med, "samples_per_s": b / med,
+            "cpu_s_per_step": sorted(cpu)[len(cpu) // 2] / scan, "loss": float(loss), "loadavg_1min": os.getloadavg()[0],
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -158,15 +171,17 @@ def _subprocess_row(cmd: list[str], key: dict, timeout: float) -> dict:
 
 
 def _key(r: dict) -> tuple:
-    return (r["framework"] != "jax", r["policy"], r["obs"], r["batch"], r.get("algo", "seqft"))
+    return (r["framework"] != "jax", r["policy"], r["obs"], r["batch"], r.get("algo", "seqft"),
+            r.get("steps_per_dispatch", 1))
 
 
 def table(rows: list[dict]) -> str:
     out = ["| policy | obs | batch | algo | framework | steps/s | samples/s | step (s) | CPU-s / step | load "
            "| compile (s) | peak RSS (MiB) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["policy"], r["obs"], r["batch"], r["framework"] != "jax",
-                                         r.get("algo", "seqft"))):
-        algo = r.get("algo", "seqft")
+                                         r.get("algo", "seqft"), r.get("steps_per_dispatch", 1))):
+        algo = r.get("algo", "seqft") + (f" x{r['steps_per_dispatch']} scan" if r.get("steps_per_dispatch", 1) > 1
+                                         else "")
         if "error" in r:
             out.append(f"| {r['policy']} | {r['obs']} | {r['batch']} | {algo} | {r['framework']} | -- | -- | -- | -- "
                        f"| -- | -- | miss: {r['error'][:60]} |")
@@ -174,7 +189,7 @@ def table(rows: list[dict]) -> str:
         comp = f"{r['compile_s']:.1f}" if "compile_s" in r else "--"
         out.append(f"| {r['policy']} | {r['obs']} | {r['batch']} | {algo} | {r['framework']} | "
                    f"{r['steps_per_s']:.3f} | "
-                   f"{r['samples_per_s']:.1f} | {r['step_s_median']:.2f} | {r['cpu_s_per_step']:.2f} | "
+                   f"{r['samples_per_s']:.1f} | {r['step_s_median']:.4f} | {r['cpu_s_per_step']:.4f} | "
                    f"{r['loadavg_1min']:.0f} | {comp} | {r['peak_rss_mib']:.0f} |")
     return "\n".join(out)
 
@@ -183,7 +198,8 @@ def ratios(rows: list[dict]) -> list[dict]:
     """JAX over LIBERO's torch for each (policy, rgb, batch) measured by both: steps/s (wall) and CPU-s per step
     (steadier when other jobs share the cores)."""
     jax_rows = {(r["policy"], r["obs"], r["batch"]): r for r in rows
-                if r["framework"] == "jax" and "error" not in r and r.get("algo", "seqft") == "seqft"}
+                if r["framework"] == "jax" and "error" not in r and r.get("algo", "seqft") == "seqft"
+                and r.get("steps_per_dispatch", 1) == 1}
     out = []
     for r in rows:
         if r["framework"] == "jax" or "error" in r:
@@ -202,6 +218,8 @@ def main(argv=None) -> None:
     ap.add_argument("--modes", default="state,rgb")
     ap.add_argument("--batches", default="32,256")
     ap.add_argument("--algos", default="seqft", help="lifelong algorithms whose train step to time (comma list)")
+    ap.add_argument("--scan", default="1", help="optimizer steps per dispatch (comma list; K > 1: make_train_steps, "
+                    "a lax.scan over K batches)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seq-len", type=int, default=10)
@@ -222,9 +240,9 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
 
     if a.one:
-        policy, mode, b, algo = a.one.split(",")
+        policy, mode, b, algo, k = (a.one.split(",") + ["1"])[:5]
         print(json.dumps(run_one(policy, mode, int(b), a.steps, a.warmup, a.seq_len, a.img, a.lang_dim, a.profile,
-                                 algo)))
+                                 algo, int(k))))
         return
 
     from tqdm import tqdm
@@ -232,15 +250,15 @@ def main(argv=None) -> None:
     from common import machine, write_json
 
     split = lambda s: [x for x in s.split(",") if x]
-    todo = [("jax", p, m, int(b), al) for p in split(a.policies) for m in split(a.modes) for b in split(a.batches)
-            for al in split(a.algos)]
+    todo = [("jax", p, m, int(b), al, int(k)) for p in split(a.policies) for m in split(a.modes)
+            for b in split(a.batches) for al in split(a.algos) for k in split(a.scan)]
     if a.peer_python:
-        todo += [("torch (LIBERO)", p, "rgb", int(b), "seqft") for p in split(a.peer_policies)
+        todo += [("torch (LIBERO)", p, "rgb", int(b), "seqft", 1) for p in split(a.peer_policies)
                  for b in split(a.peer_batches)]
     rows, peer_versions = [], None
     if a.resume and Path(a.out).exists():  # keep every old row except the misses this run tries again
         old = json.loads(Path(a.out).read_text())
-        again = {(fw != "jax", p, m, b, al) for fw, p, m, b, al in todo}
+        again = {(fw != "jax", p, m, b, al, k) for fw, p, m, b, al, k in todo}
         rows = [r for r in old.get("rows", []) if "error" not in r or _key(r) not in again]
         peer_versions = old.get("peer")
     done = {_key(r) for r in rows}
@@ -251,15 +269,16 @@ def main(argv=None) -> None:
                     "other algos: their step with default settings, 10-task banks) vs LIBERO's Sequential.observe "
                     "(compute_loss with augmentation, backward, clip 100, AdamW)",
             "n_object_tokens": N_TOKENS, "seq_len": a.seq_len, "img": a.img, "lang_dim": a.lang_dim}
-    bar = tqdm([x for x in todo if (x[0] != "jax", x[1], x[2], x[3], x[4]) not in done], desc="configs",
-               unit="cfg")
-    for fw, p, m, b, al in bar:
-        bar.set_postfix_str(f"{fw} {p} {m} b{b} {al}")
+    bar = tqdm([x for x in todo if (x[0] != "jax", *x[1:]) not in done], desc="configs", unit="cfg")
+    for fw, p, m, b, al, k in bar:
+        bar.set_postfix_str(f"{fw} {p} {m} b{b} {al}" + (f" x{k}/dispatch" if k > 1 else ""))
         key = {"policy": p, "framework": fw, "obs": m, "batch": b, "algo": al}
+        if k > 1:
+            key["steps_per_dispatch"] = k
         if fw == "jax":
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--one", f"{p},{m},{b},{al}", *common_args]
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--one", f"{p},{m},{b},{al},{k}", *common_args]
             if a.profile:
-                cmd += ["--profile", os.path.join(a.profile, f"{p}_{m}_{b}_{al}")]
+                cmd += ["--profile", os.path.join(a.profile, f"{p}_{m}_{b}_{al}_{k}")]
             row = _subprocess_row(cmd, key, a.timeout)
         else:
             cmd = [a.peer_python, str(ROOT / "benchmarks/libero_train_peer.py"), "--policies", PEER_NAMES[p],
