@@ -3,6 +3,7 @@ written (the benchmark swaps its own worker-pool stand-ins into the rollout engi
 It runs in its own process, as a user runs it: its worker pool forks before JAX starts any threads."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ def test_grid_vs_libero_tiny(tmp_path):
     out = tmp_path / "gvl.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks/grid_vs_libero.py"), "--checkpoints", "1", "--tasks", "1",
                     "--rollouts", "3", "--horizon", "4", "--rgb-horizon", "0", "--envs", "2", "--out", str(out)],
-                   check=True, cwd=ROOT, timeout=600)
+                   check=True, cwd=ROOT, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))  # this checkout's code
     rows = json.loads(out.read_text())["rows"]
     assert [r["way"].split(" ")[0] for r in rows] == ["libero", "grid"]
     assert rows[0]["episodes"] == rows[1]["episodes"] == 6  # 1 checkpoint x 1 task x 2 variants x 3 rollouts

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,7 +69,8 @@ def _free_port() -> int:
 def test_two_processes_match_one(tmp_path):
     from clbench_jax.eval import episodes
 
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    root = str(Path(__file__).resolve().parents[1])  # this checkout's clbench_jax, whatever the venv installed
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     env.pop("XLA_FLAGS", None)  # one CPU device per process
     port = str(_free_port())
     runs = [(tmp_path / "hosts", port, 0, 2), (tmp_path / "hosts", port, 1, 2), (tmp_path / "one", 0, 0, 1)]
