@@ -673,7 +673,11 @@ def make_oracle(scene: Scene, noise: bool = True):
         # first (then the object is moved clear of it before it opens again; KITCHEN_SCENE10's pudding)
         d_hits = hand_hits(gp_k[new_cand], _r_down(th_k[new_cand]), 0.3, per_drawer=True)  # (J + 1,)
         d_open = d_hits * ~jax.vmap(lambda j: jpass(1, j))(jnp.arange(J + 1))
-        under = place & (hits[new_cand] > 0) & (d_open.max() > 0) & (T["jkind"][jnp.argmax(d_open)] == JK_DRAWER)
+        # ... but never the drawer the object lies in (libero_spatial's bowl in the top drawer: closing it first
+        # shut the bowl in, 0 of 50)
+        in_it = jnp.any(in_site & (dj == jnp.argmax(d_open))) if nb else False
+        under = (place & (hits[new_cand] > 0) & (d_open.max() > 0) & (T["jkind"][jnp.argmax(d_open)] == JK_DRAWER)
+                 & ~in_it)
         new_job = jnp.where(under & (new_job == J_PICK), J_DCLOSE, new_job)
         new_joint = jnp.where(under & (new_job == J_DCLOSE), jnp.argmax(d_open), new_joint)
         new_theta = th_k[new_cand]
