@@ -284,17 +284,18 @@ def register(sub) -> None:
     c = sub.add_parser("check", help="checks against LIBERO itself").add_subparsers(dest="sub", required=True)
     lc = c.add_parser("libero", help="the sim-to-LIBERO check: the oracle closed-loop and its actions open-loop in "
                                      "this project's sim and in LIBERO's own environment, per task")
-    lc.add_argument("--suite", default="libero_goal")
+    lc.add_argument("--suite", default="libero_goal", help="libero_spatial | libero_object | libero_goal | libero_10 "
+                                                           "| libero_90 (default libero_goal)")
     lc.add_argument("--n", type=int, default=10, help="LIBERO initial states per task (default 10; at most 50 "
                                                       "official ones)")
     lc.add_argument("--tasks", default=None, help="comma-separated task indices of the suite (default: all)")
     lc.add_argument("--workers", type=int, default=2, help="LIBERO worker processes (about 1 GB each)")
-    lc.add_argument("--horizon", type=int, default=600)
+    lc.add_argument("--horizon", type=int, default=600, help="control steps per episode (default 600, LIBERO's)")
     lc.add_argument("--warmup", type=int, default=None, help="zero-action steps after loading a state (default: "
                                                              "LIBERO's evaluation's)")
-    lc.add_argument("--seed", type=int, default=0)
+    lc.add_argument("--seed", type=int, default=0, help="fixture placement, reset noise and oracle noise (default 0)")
     lc.add_argument("--out", default=None, help="JSON file (default benchmarks/results/libero_check_SUITE.json); "
                                                 "tasks already in it with the same settings are kept")
     lc.add_argument("--doc", default=None, help="also put the table in this markdown file (between markers)")
-    lc.add_argument("--quiet", action="store_true")
+    lc.add_argument("--quiet", action="store_true", help="no progress bars")
     lc.set_defaults(fn=cmd_check_libero)
