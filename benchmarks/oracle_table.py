@@ -104,10 +104,10 @@ def run(a) -> None:
         results["seconds"] = time.perf_counter() - t0
         write_json(a.out, results)
     bar.close()
-    # keep the suites' own task order
-    for suite in suites:
-        order = [t.name for t in suite_tasks(suite)]
-        results["suites"][suite] = {k: results["suites"][suite][k] for k in order}
+    # the suites in SUITES' order (a resumed file lists the kept ones first), each in its own task order
+    results["suites"] = {s: {t.name: results["suites"][s][t.name] for t in suite_tasks(s)}
+                         for s in sorted(results["suites"], key=lambda s: SUITES.index(s) if s in SUITES else 99)
+                         if s in suites or s in results["suites"]}
     results["seconds"] = time.perf_counter() - t0
     write_json(a.out, results)
     md = markdown(results, a.horizon)
