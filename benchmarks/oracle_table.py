@@ -105,9 +105,9 @@ def run(a) -> None:
         write_json(a.out, results)
     bar.close()
     # the suites in SUITES' order (a resumed file lists the kept ones first), each in its own task order
-    results["suites"] = {s: {t.name: results["suites"][s][t.name] for t in suite_tasks(s)}
-                         for s in sorted(results["suites"], key=lambda s: SUITES.index(s) if s in SUITES else 99)
-                         if s in suites or s in results["suites"]}
+    rows = results["suites"]
+    results["suites"] = {s: {t.name: rows[s][t.name] for t in suite_tasks(s) if t.name in rows[s]}
+                         for s in sorted(rows, key=lambda s: SUITES.index(s) if s in SUITES else len(SUITES))}
     results["seconds"] = time.perf_counter() - t0
     write_json(a.out, results)
     md = markdown(results, a.horizon)
