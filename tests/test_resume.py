@@ -90,9 +90,8 @@ def test_training_killed_mid_stage_resumes_to_the_same_weights(reference_demos, 
     from clbench_jax.lifelong.loop import run_lifelong
 
     full = run_lifelong(cfg, str(tmp_path / "full"), progress=False)
-    # the tiny policy does not yet succeed after 30 epochs on LIBERO's scenes (the success matrix is all zero), so
-    # what makes the comparison informative is the training itself: the loss moved in every stage
-    assert all(ls[-1] < ls[0] - 0.5 for ls in full["losses"]), full["losses"]
+    s = np.array(full["success_matrix"], float)
+    assert np.nanmax(s) > 0, f"trivial success matrix {full['success_matrix']}: the comparison would say little"
 
     killed = tmp_path / "killed"
     kill_during("train", killed, reference_demos)
@@ -102,7 +101,7 @@ def test_training_killed_mid_stage_resumes_to_the_same_weights(reference_demos, 
     for k in ("success_matrix", "curves", "curve_epochs", "losses", "best_epoch", "fwt", "nbt", "auc"):
         assert resumed[k] == full[k], k
     # params, ER's buffer and the optimizer state: stage 1 keeps its best-success parameters (stage 0's trained
-    # ones where stage 1 never beat them), and its optimizer state is the one after its 30 interrupted-then-redone
+    # ones where stage 1 never beat them), and its optimizer state is the one after its 60 interrupted-then-redone
     # epochs: both are compared bit for bit.
     ref, got = _arrays(tmp_path / "full", 1), _arrays(killed, 1)
     jax.tree.map(np.testing.assert_array_equal, ref, got)
