@@ -44,7 +44,8 @@ def markdown(results: dict, horizon: int) -> str:
         lines.append("| task | success | mean length (successes) |")
         lines.append("|---|---|---|")
         for name, r in rows.items():
-            ml = "-" if r["mean_length"] != r["mean_length"] else f"{r['mean_length']:.0f}"
+            ml = r["mean_length"]  # NaN (no success) is null once written to JSON
+            ml = "-" if ml is None or ml != ml else f"{ml:.0f}"
             mark = "" if r["success"] >= target else " **below target**"
             lines.append(f"| {name} | {r['success']:.0%}{mark} | {ml} |")
         lines.append("")
