@@ -29,6 +29,7 @@ policy runs exactly its own code (bit-identical outputs, tests/test_adapters.py)
 
 from __future__ import annotations
 
+import abc
 import fnmatch
 import re
 import zlib
@@ -271,7 +272,7 @@ def _split(batch):
 
 
 @dataclass(frozen=True)
-class AdaptedPolicy:
+class AdaptedPolicy(abc.ABC):
     """A frozen base policy run with adapters. Subclasses (one per method, in clbench_jax.algos) say what the extra
     parameters are (`init_own`) and how a forward pass chooses the adapters (`forward` -> (GMMDist, aux loss)).
     params = {"base": <the base policy's params>, ...the method's parameters...}; the base never gets a gradient
@@ -295,16 +296,18 @@ class AdaptedPolicy:
         base = self.base.init(k_base, example_batch)
         return {"base": base, **self.init_own(k_own, base, example_batch)}
 
+    @abc.abstractmethod
     def init_own(self, key, base_params, example_batch) -> dict:
-        raise NotImplementedError
+        """The method's own parameters (everything in params but "base")."""
 
     def query_dim(self, base_params, example_batch) -> int:
         """Width of the subclass's `query(params, obs, lang)` (abstract evaluation, no compute)."""
         obs, lang = _split(example_batch)
         return jax.eval_shape(self.query, {"base": base_params}, obs, lang).shape[-1]
 
+    @abc.abstractmethod
     def forward(self, params, obs, lang, key, train: bool):
-        raise NotImplementedError
+        """-> (GMMDist of the action, auxiliary loss) with the adapters the method chooses for this input."""
 
     def apply(self, params, obs_window, lang_embedding, key=None, train: bool = False):
         return self.forward(params, obs_window, lang_embedding, key, train)[0]
