@@ -34,14 +34,20 @@ def check_writable(path: str | os.PathLike, *, folder: bool = False, field: str 
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text`: a temporary file beside `path`, then os.replace (never half-written)."""
+    """Write `text`: a temporary file of this writer's own beside `path`, then os.replace (never half-written, and
+    two processes filling the same cache entry cannot interleave)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make shared caches and results private
         os.replace(tmp, path)
     except OSError as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
         raise OutputError(f"cannot write: {e.strerror or e}", file=str(path)) from None
 
 

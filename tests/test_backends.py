@@ -141,8 +141,11 @@ def test_warp_frames_match_native_coarsely(scene):
     m = scene.model
     be = MjxBackend(scene, impl="warp")
     bank = make_init_bank(scene, scene.tasks[0], 2)
-    warp = np.asarray(jax.jit(jax.vmap(WarpCameras(be.m_host, be.mx, 2, 128).render))(
-        be.init_data(bank.state, bank.mocap))[0])
+    # Keep the cameras referenced until the frames are on the host: dispatch is asynchronous, and MJX frees the
+    # render context's buffers when its owner is collected (the ray tracer then fails: KeyError (key, device)).
+    cams = WarpCameras(be.m_host, be.mx, 2, 128)
+    warp = np.asarray(jax.jit(jax.vmap(cams.render))(be.init_data(bank.state, bank.mocap))[0])
+    del cams
     r = BatchRenderer(m, 128)
     native = r.render(bank.state, bank.mocap)
     r.close()

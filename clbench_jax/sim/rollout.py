@@ -381,7 +381,10 @@ def _rollout_mjx(scene, c, policy, pstate0, batch, tasks, goals, horizon, warmup
                                                        with_images), warmup + horizon, cams))
     d = be.init_data(batch.state, batch.mocap)
     carry = _new_carry(scene, batch, pstate0, goals.pred.shape[1], c, warmup + horizon if trace else None)
-    return run(d, carry, tasks, goals)
+    out = run(d, carry, tasks, goals)
+    if cams is not None:  # the ray tracer's buffers are freed with `cams` (caches.release): finish before that
+        jax.block_until_ready(out)
+    return out
 
 
 def _mjx_runner(be, advance, total: int, cams=None):
