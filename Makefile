@@ -25,11 +25,12 @@ install: sysdeps $(VENV)/.installed
 run: install
 	$(VENV)/bin/clbench run configs/quickstart.yaml
 
-test: install  # two worker processes (pytest-xdist), one per core; a test file stays on one worker (module fixtures)
-	$(PY) -m pytest -q -ra --durations=12 -n 2 --dist loadfile
+test: install  # two processes: fast tests, then the slow ones (each process maps less compiled code)
+	$(PY) -m pytest -q -ra --durations=12 -m "not slow"
+	$(PY) -m pytest -q -ra --durations=12 -m slow
 
 test-quick: install
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(PY) -m pytest -q -m "not slow"
 
 bench: install
 	$(PY) benchmarks/sim_throughput.py
