@@ -35,9 +35,11 @@ def test_every_scene_builds_and_loads_libero_states():
     """All 130 tasks: LIBERO's MJCF compiles in its scene, every BDDL entity is a body of it, objects are free,
     region sites exist, and LIBERO's 50 official states load (finite, objects where LIBERO put them: on or above
     the arena, not parked)."""
+    from clbench_jax.sim import libero_source
     from clbench_jax.sim.init_states import libero_states
 
     assert len(scenes()) >= 20
+    libero_source.prepare([t for key in scenes() for t in scene_tasks(key)], workers=2)  # one pool for all 130
     for key in scenes():
         tasks = scene_tasks(key)
         scene = build_scene(tasks)

@@ -160,7 +160,7 @@ def prepare(tasks: list[TaskSpec], workers: int = 2) -> None:
     todo = [t for t in tasks if not _cache_path(t).is_file()]
     if not todo:
         return
-    if workers <= 1 or len(todo) < 4:  # a worker process costs ~3 s of imports
+    if workers <= 1 or len(todo) < 16:  # a worker process costs ~4 s of imports, a capture ~0.3-1.5 s
         for t in todo:
             source(t)
         return
@@ -205,7 +205,7 @@ def capture(bddl_file: str, suite: str, task: str) -> dict:
     """Build LIBERO's environment for one task and record its MJCF and scene facts (JSON-able)."""
     versions()  # a clear error first when a package is missing
     try:
-        env = make_env(str(bddl_file))
+        env = make_env(str(bddl_file), hard_reset=False)  # the constructor's reset then skips a second model load
     except Exception as e:  # LIBERO's own failure: name the task and pass its text on
         raise UnknownTaskError(f"LIBERO's environment could not build this task: {e}", file=str(bddl_file),
                                task=task) from e
