@@ -25,12 +25,11 @@ install: sysdeps $(VENV)/.installed
 run: install
 	$(VENV)/bin/clbench run configs/quickstart.yaml
 
-test: install  # two processes: fast tests, then the slow ones (each process maps less compiled code)
-	$(PY) -m pytest -q -ra --durations=12 -m "not slow"
-	$(PY) -m pytest -q -ra --durations=12 -m slow
+test: install  # two worker processes, a test file at a time each (module fixtures build once), one XLA thread each
+	$(PY) -m pytest -q -ra --durations=15 -n 2 --dist loadfile
 
 test-quick: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 bench: install
 	$(PY) benchmarks/sim_throughput.py

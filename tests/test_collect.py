@@ -213,18 +213,20 @@ FREE = slice(oracle.SETTLE, oracle.SETTLE + 5)
 
 
 @pytest.mark.slow
-def test_batch_size_changes_speed_and_rounding_only(collected, tmp_path):
+def test_batch_size_changes_speed_and_rounding_only(tmp_path):
     """One world at a time (another compile: slow) runs the same attempts as the 4-world stream: attempt k starts
     from the same initial state with the same policy key, bit for bit. The actions are not bit-identical: XLA rounds
     the vmapped oracle differently per batch size (~1e-7 in the first action), the arm carries it on, and once the
     hand touches the knob contact can grow it without bound, so late actions, and even an attempt's outcome, may
     differ on another batch size or CPU. What holds on any machine: the first actions agree to 1e-4 (this machine
     shows < 5e-7; two different attempts differ by > 1e-2, so the bound still tells attempts apart), and the oracle
-    collects its n demos at either batch size."""
-    out, _ = collected
+    collects its n demos at either batch size. (Both without images: rendering does not touch the actions, and the
+    slow tests run in their own process, where the shared collection would render its images again.)"""
+    ref = CollectConfig(**{**CFG.__dict__, "images": False})
+    collect_tasks([get_task(TASK)], tmp_path / "batch4", ref, progress=False, log=lambda s: None)
     cfg = CollectConfig(**{**CFG.__dict__, "batch": 1, "images": False})
     rows = collect_tasks([get_task(TASK)], tmp_path, cfg, progress=False, log=lambda s: None)
-    a = {d["attrs"]["attempt"]: d for d in hdf5.read_demos(task_file(out, get_task(TASK)), keys=[])}
+    a = {d["attrs"]["attempt"]: d for d in hdf5.read_demos(task_file(tmp_path / "batch4", get_task(TASK)), keys=[])}
     b = {d["attrs"]["attempt"]: d for d in hdf5.read_demos(rows[0]["path"], keys=[])}
     assert len(a) == len(b) == CFG.n
     common = sorted(set(a) & set(b))
