@@ -8,6 +8,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_cpu_multi_thread_eigen=false",
                                         "intra_op_parallelism_threads=1"]).strip()
 
+# One XLA compilation cache on disk for the whole test session: both workers, the processes tests start (resume
+# kills, two-process training) and every module after `caches.release()` load an executable compiled before instead
+# of compiling it again. Keyed by the program, jax's version and flags, so a stale entry is never used; MJX-Warp
+# programs are kept out of it (sim/mjx_backend.py). A user's own JAX_COMPILATION_CACHE_DIR is left as it is.
+SESSION_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if SESSION_CACHE:
+    from clbench_jax.paths import cache_dir  # noqa: E402  (clbench_jax.paths imports neither jax nor mujoco)
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache_dir() / "jax-tests")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))  # bytes; least recently used go first
+
 import clbench_jax  # noqa: E402,F401  (sets MUJOCO_GL / PYOPENGL_PLATFORM when no display is present)
 
 import pytest  # noqa: E402
@@ -22,3 +34,7 @@ def _release_compiled_code():
     id()-keyed caches from outliving the scenes they describe."""
     yield
     caches.release()
+    if SESSION_CACHE:
+        import jax
+
+        jax.config.update("jax_enable_compilation_cache", True)  # an MJX-Warp module turned it off (mjx_backend.py)

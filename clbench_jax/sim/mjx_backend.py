@@ -98,6 +98,12 @@ class MjxBackend:
                  rows_per_world: int = ROWS_PER_WORLD):
         self.scene, self.impl = scene, impl
         self.contacts_per_world, self.rows_per_world = contacts_per_world, rows_per_world
+        if impl == "warp":
+            # MuJoCo Warp's FFI calls name per-process launch records (a counter in the HLO, the launch's static
+            # arguments only in this process): a persisted executable loaded by another process could replay the wrong
+            # record. So this process writes nothing more to JAX's persistent compilation cache (none of its warp
+            # programs can be found there by anyone).
+            jax.config.update("jax_enable_compilation_cache", False)
         self.m_host = host_model(scene, impl)
         self.mx = mjx.put_model(self.m_host, impl=impl)
         self.capacity_bits = 0
