@@ -89,6 +89,8 @@ def test_mjx_episode_is_one_program_without_host_callbacks(scene):
     prims = list(_primitives(jaxpr))
     assert not [p for p in prims if "callback" in p or p.startswith("debug")]  # no Python on the host mid-episode
     assert "ffi_call" in prims  # MuJoCo Warp's kernels, called from inside the program
+    # their launch records live in this process only: nothing it compiles from now on is persisted for others
+    assert jax.config.jax_enable_compilation_cache is False
 
 
 @pytest.mark.slow
