@@ -91,8 +91,9 @@ def run(a) -> None:
 HELD_OUT_SEED = 1  # the training loop's own evaluations use eval_seed 0
 
 
-def held_out_success(cfg, out_dir: str, n: int) -> float:
-    """Success of the run's kept (best) checkpoint from n initial states of init-bank seed HELD_OUT_SEED."""
+def held_out_success(cfg, out_dir: str, n: int, backend: str = "native") -> float:
+    """Success of the run's kept (best) checkpoint from n initial states of init-bank seed HELD_OUT_SEED, in the
+    given simulator (native | mjx | libero: LIBERO's own environment, benchmarks/libero_policy_check.py)."""
     import dataclasses
 
     import jax
@@ -103,7 +104,7 @@ def held_out_success(cfg, out_dir: str, n: int) -> float:
 
     tasks = run_tasks(cfg)
     params = stage_checkpoints(out_dir, cfg, len(tasks), cfg.algo)[-1].load(0)
-    ecfg = dataclasses.replace(cfg, n_eval=n, eval_seed=HELD_OUT_SEED)
+    ecfg = dataclasses.replace(cfg, n_eval=n, eval_seed=HELD_OUT_SEED, backend=backend)
     # load(0) already applied the algorithm's per-task parameter selection: evaluate them as they are
     ev = Evaluator(ecfg, make_policy(cfg), make_algorithm("seqft"), tasks,
                    task_embeddings(tasks, cfg), derive_key(jax.random.PRNGKey(cfg.seed), "held_out"), progress=True)
