@@ -94,6 +94,12 @@ HELD_OUT_SEED = 1  # the training loop's own evaluations use eval_seed 0
 def held_out_success(cfg, out_dir: str, n: int, backend: str = "native") -> float:
     """Success of the run's kept (best) checkpoint from n initial states of init-bank seed HELD_OUT_SEED, in the
     given simulator (native | mjx | libero: LIBERO's own environment, benchmarks/libero_policy_check.py)."""
+    ev, params = held_out_evaluator(cfg, out_dir, n, backend)
+    return float(ev(params, None, [0])[0])
+
+
+def held_out_evaluator(cfg, out_dir: str, n: int, backend: str = "native"):
+    """(the loop's Evaluator on n initial states of init-bank seed HELD_OUT_SEED, the run's kept parameters)."""
     import dataclasses
 
     import jax
@@ -108,7 +114,7 @@ def held_out_success(cfg, out_dir: str, n: int, backend: str = "native") -> floa
     # load(0) already applied the algorithm's per-task parameter selection: evaluate them as they are
     ev = Evaluator(ecfg, make_policy(cfg), make_algorithm("seqft"), tasks,
                    task_embeddings(tasks, cfg), derive_key(jax.random.PRNGKey(cfg.seed), "held_out"), progress=True)
-    return float(ev(params, None, [0])[0])
+    return ev, params
 
 
 def held_out_summary(rows) -> dict:

@@ -129,34 +129,37 @@ class Evaluator:
         self.fn = make_policy_fn(policy, stacked=algo.task_specific_eval, **kw)
 
     def __call__(self, params, state, stages: Sequence[int]) -> np.ndarray:
-        from clbench_jax.policies.act import initial_pstate, obs_spec, stack_params
-        from clbench_jax.sim import rollout
-
-        cfg, n = self.cfg, self.cfg.n_eval
         out = np.zeros(len(stages))
         by_scene: dict[str, list[int]] = {}
         for i, j in enumerate(stages):
             by_scene.setdefault(self.tasks[j].scene, []).append(i)
-        for scene_key, idx in by_scene.items():
-            scene = scene_for(scene_key)
+        for idx in by_scene.values():
             js = [stages[i] for i in idx]
-            banks = [init_bank(scene, self.tasks[j], n, cfg.eval_seed) for j in js]
-            ids = np.repeat([scene.task_index(self.tasks[j].name) for j in js], n)
-            keys = np.concatenate([np.asarray(jax.random.split(derive_key(self.root, "eval", j), n)) for j in js])
-            goals = jax.tree.map(lambda x: np.asarray(x)[ids][:, None], rollout.task_stack(scene).goal)
-            batch = rollout.EpisodeBatch.of(banks, ids, goals, keys)
-            if self.algo.task_specific_eval:
-                p = stack_params([self.algo.eval_params(params, state, j) for j in js])
-            else:
-                p = self.algo.eval_params(params, state, js[0])
-            lang = np.repeat(self.langs[js], n, axis=0)
-            pstate = initial_pstate(p, lang, obs_spec(scene, cfg.obs, cfg.image_size), self.seq_len)
-            rec = rollout.rollout(scene, self.fn, pstate, batch, cfg.horizon, backend=cfg.backend,
-                                  warmup=cfg.warmup, obs_mode=cfg.obs, image_size=cfg.image_size,
-                                  progress=self.progress)
-            succ = np.asarray(rec.success[:, 0]).reshape(len(js), n).mean(1)
-            out[idx] = succ
+            rec = self.episodes(params, state, js)
+            out[idx] = np.asarray(rec.success[:, 0]).reshape(len(js), self.cfg.n_eval).mean(1)
         return out
+
+    def episodes(self, params, state, js: Sequence[int], **rollout_kw):
+        """One batched rollout of the `n_eval` episodes of each task in `js` (tasks of one scene), task-major ->
+        rollout.rollout's result (`rollout_kw`: e.g. trace=True)."""
+        from clbench_jax.policies.act import initial_pstate, obs_spec, stack_params
+        from clbench_jax.sim import rollout
+
+        cfg, n = self.cfg, self.cfg.n_eval
+        scene = scene_for(self.tasks[js[0]].scene)
+        banks = [init_bank(scene, self.tasks[j], n, cfg.eval_seed) for j in js]
+        ids = np.repeat([scene.task_index(self.tasks[j].name) for j in js], n)
+        keys = np.concatenate([np.asarray(jax.random.split(derive_key(self.root, "eval", j), n)) for j in js])
+        goals = jax.tree.map(lambda x: np.asarray(x)[ids][:, None], rollout.task_stack(scene).goal)
+        batch = rollout.EpisodeBatch.of(banks, ids, goals, keys)
+        if self.algo.task_specific_eval:
+            p = stack_params([self.algo.eval_params(params, state, j) for j in js])
+        else:
+            p = self.algo.eval_params(params, state, js[0])
+        lang = np.repeat(self.langs[js], n, axis=0)
+        pstate = initial_pstate(p, lang, obs_spec(scene, cfg.obs, cfg.image_size), self.seq_len)
+        return rollout.rollout(scene, self.fn, pstate, batch, cfg.horizon, backend=cfg.backend, warmup=cfg.warmup,
+                               obs_mode=cfg.obs, image_size=cfg.image_size, progress=self.progress, **rollout_kw)
 
 
 def _config_to_write(out_dir: str, cfg: TrainConfig) -> str | None:
