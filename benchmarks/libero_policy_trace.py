@@ -77,6 +77,8 @@ def main(argv=None) -> None:
     ap.add_argument("--n", type=int, default=20, help="initial states (episodes)")
     ap.add_argument("--json", default=None, help="default benchmarks/results/libero_policy_trace_<task>.json")
     a = ap.parse_args(argv)
+    if a.n < 1:
+        raise SystemExit("--n must be at least 1")
     cfg = load_config(Path(a.run) / "config.yaml")
     task = cfg.tasks[0]
     got = {}
