@@ -24,6 +24,7 @@ from learnability import held_out_evaluator  # noqa: E402
 
 from clbench_jax.lifelong.config import load_config  # noqa: E402
 from clbench_jax.lifelong.loop import init_bank, scene_for  # noqa: E402
+from clbench_jax.sim.libero_source import make_env  # noqa: E402
 
 APART_MM = 5.0
 
@@ -42,14 +43,10 @@ def contacts_and_joints(m, d, state, mocap) -> dict:
     return {"robot_contacts": robot, "joints": joints}
 
 
-def libero_drawer_contacts(task, scene, states: np.ndarray, mocap: np.ndarray) -> list:
-    """The contacts of the articulated fixture parts in LIBERO's own compiled model at the given states (this
-    project's state layout equals LIBERO's for the task's scene when the joint lists match; else None): contacts
-    that model has and this project's model filters show here only."""
-    from clbench_jax.sim.libero_source import make_env
-
-    env = make_env(str(task.file))
-    env.reset()
+def libero_articulation_contacts(env, task, scene, states: np.ndarray, mocap: np.ndarray) -> list | None:
+    """The contacts of the articulated fixture parts in LIBERO's own compiled model (`env`: LIBERO's environment of
+    the task, reset) at the given states, this project's state layout (equal to LIBERO's when the sizes match; else
+    None): contacts that model has and this project's model filters show here only."""
     m, d = env.sim.model._model, env.sim.data._data
     if m.nq + m.nv + 1 != states.shape[-1]:
         return None
@@ -67,7 +64,6 @@ def libero_drawer_contacts(task, scene, states: np.ndarray, mocap: np.ndarray) -
         mujoco.mj_forward(m, d)
         out.append([f"{name(c.geom1)} | {name(c.geom2)} | {1000 * c.dist:.2f}" for c in d.contact[:d.ncon]
                     if {m.geom_bodyid[c.geom1], m.geom_bodyid[c.geom2]} & moving])
-    env.close()
     return out
 
 
@@ -94,6 +90,8 @@ def main(argv=None) -> None:
     d = mujoco.MjData(m)
     (sn, ln, en, pn), (sl, ll, el, pl) = got["native"], got["libero"]
     apart = 1000 * np.linalg.norm(en - el, axis=-1)
+    stask = scene.tasks[scene.task_index(task)]
+    env = None  # LIBERO's environment, built once if an episode fails there
     episodes = []
     for i in range(a.n):
         over = np.flatnonzero(apart[i] > APART_MM)
@@ -107,11 +105,15 @@ def main(argv=None) -> None:
                                    "libero": contacts_and_joints(m, d, pl[i, t], mocap[i])}
             row["at_apart"] = {"step": t + 1, "native": contacts_and_joints(m, d, pn[i, t + 1], mocap[i]),
                                "libero": contacts_and_joints(m, d, pl[i, t + 1], mocap[i])}
-        if len(over) and over[0] > 0 and not sl[i]:
-            t = int(over[0])
-            row["libero_model_contacts_of_articulated_parts"] = dict(zip(
-                (f"{t - 1}", f"{t}"), libero_drawer_contacts(scene.tasks[scene.task_index(task)], scene, pl[i, t - 1:t + 1], mocap[i]) or []))
+            if not sl[i]:
+                if env is None:
+                    env = make_env(str(stask.file))
+                    env.reset()
+                got_c = libero_articulation_contacts(env, stask, scene, pl[i, t:t + 2], mocap[i]) or []
+                row["libero_model_contacts_of_articulated_parts"] = dict(zip((f"{t}", f"{t + 1}"), got_c))
         episodes.append(row)
+    if env is not None:
+        env.close()
     path = a.json or str(Path(__file__).parent / "results" / f"libero_policy_trace_{task}.json")
     write_json(path, {"benchmark": "libero_policy_trace", "machine": machine(), "task": task, "n": a.n,
                       "apart_mm": APART_MM, "native_success": float(sn.mean()), "libero_success": float(sl.mean()),
