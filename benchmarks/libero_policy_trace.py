@@ -24,6 +24,7 @@ from learnability import held_out_evaluator  # noqa: E402
 
 from clbench_jax.lifelong.config import load_config  # noqa: E402
 from clbench_jax.lifelong.loop import init_bank, scene_for  # noqa: E402
+from clbench_jax.sim.libero_backend import fixture_placement  # noqa: E402
 from clbench_jax.sim.libero_source import make_env  # noqa: E402
 
 APART_MM = 5.0
@@ -50,11 +51,9 @@ def libero_articulation_contacts(env, task, scene, states: np.ndarray, mocap: np
     m, d = env.sim.model._model, env.sim.data._data
     if m.nq + m.nv + 1 != states.shape[-1]:
         return None
-    for name in scene.fixtures:  # the episode's fixture placement, as the libero backend writes it
-        if name in task.fixtures:
-            b = m.body(scene.info[name].root_body).id
-            pose = mocap[scene.model.body_mocapid[scene.model.body(scene.info[name].root_body).id]]
-            m.body_pos[b], m.body_quat[b] = pose[:3], pose[3:]
+    for name, pose in fixture_placement(scene, task, mocap).items():  # as the libero backend's workers place them
+        b = m.body(scene.info[name].root_body).id
+        m.body_pos[b], m.body_quat[b] = pose[:3], pose[3:]
     moving = {m.jnt_bodyid[j] for j in range(m.njnt) if not m.joint(j).name.startswith(("robot0", "gripper0"))
               and int(m.jnt_type[j]) in (int(mujoco.mjtJoint.mjJNT_SLIDE), int(mujoco.mjtJoint.mjJNT_HINGE))}
     name = lambda g: m.geom(g).name or f"{m.body(m.geom_bodyid[g]).name}/{g}"  # noqa: E731

@@ -223,18 +223,21 @@ def joint_index(scene: Scene, task) -> tuple[np.ndarray, np.ndarray, int]:
     return src, dst, 1 + q_at + v_at
 
 
+def fixture_placement(scene: Scene, task, mocap: np.ndarray) -> dict[str, np.ndarray]:
+    """{fixture name: pose (pos, wxyz quat)} of the task's fixtures, read from one world's mocap poses; LIBERO's
+    model takes them as its fixture root bodies' body_pos / body_quat."""
+    m = scene.model
+    return {name: np.asarray(mocap[m.body_mocapid[m.body(scene.info[name].root_body).id]], np.float64)
+            for name in scene.fixtures if name in task.fixtures}
+
+
 def _episode(scene: Scene, batch, row: int, cameras: bool, size: int, index) -> dict:
     """What a worker needs to start episode `row` as this project starts it."""
     task = scene.tasks[int(batch.task_ids[row])]
     src, dst, n = index
     raw = np.zeros(n)
     raw[src] = batch.state[row, dst]
-    m = scene.model
-    fixtures = {}
-    for name in scene.fixtures:
-        if name in task.fixtures:
-            mid = m.body_mocapid[m.body(scene.info[name].root_body).id]
-            fixtures[name] = np.asarray(batch.mocap[row, mid], np.float64)
+    fixtures = fixture_placement(scene, task, batch.mocap[row])
     rm = scene.robot
     q0 = rm.init_qpos if batch.q0 is None else batch.q0[row]
     key = np.asarray(batch.keys[row]).astype(np.uint64)
