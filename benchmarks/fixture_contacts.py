@@ -1,18 +1,19 @@
-"""The frame contacts of an articulated fixture, three ways (docs/SIM.md, "Known difference"): LIBERO's compiled
-model (the fixture's root welded to the world), the same model with the root made a mocap body (as sim/scene.py
-builds it: MuJoCo's parent filter then drops the frame-drawer contacts), and that model with the dropped pairs added
-back as explicit contact pairs mixed as MuJoCo mixes dynamic contacts (equal priority, solmix 1: max friction and
-condim, mean solref and solimp, max margin and gap). A steady 20 N pushes libero_goal's top drawer shut for 1 s;
-where it stops tells whether the frame holds it.
+"""Articulated fixtures against their frames, here and in LIBERO (docs/SIM.md, "Fixture frames").
+
+This project's fixtures are mocap bodies; MuJoCo's parent filter would drop the contacts between a fixture's frame
+and its moving parts, which LIBERO's welded root keeps, so sim/scene.py adds them back as explicit pairs
+(`scene.frame_pairs`). For the first task of every scene with such pairs, and for every slide or hinge joint of its
+fixtures: load LIBERO's initial state 0 in LIBERO's environment and here, push the part along its joint both ways
+for one second (20 N on a slide, 0.5 N m on a hinge; no control) and compare where it goes. The same run on the
+model without the pairs (the bug) is a row of its own, so the file shows what the pairs change.
 
     python benchmarks/fixture_contacts.py     # -> benchmarks/results/fixture_contacts.json
-
-A prototype of the fix, not the fix: sim/scene.py still builds fixtures without the pairs.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -21,76 +22,48 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 from common import machine, write_json  # noqa: E402
 
-from clbench_jax.sim.libero_source import make_env  # noqa: E402
-from clbench_jax.tasks.suites import get_task  # noqa: E402
+from clbench_jax.sim import fidelity  # noqa: E402
+from clbench_jax.sim.scene import build_scene  # noqa: E402
+from clbench_jax.tasks.suites import suite_tasks  # noqa: E402
 
-TASK, FIXTURE, DRAWER, JOINT = ("libero_goal:0", "wooden_cabinet_1_main", "wooden_cabinet_1_cabinet_top",
-                                "wooden_cabinet_1_top_level")
-
-
-def frame_pairs(m: mujoco.MjModel, root: int) -> list[tuple[int, int]]:
-    """Geom pairs (static part, moving part) of the fixture under `root` that contype/conaffinity let collide."""
-    def inside(b):
-        while b > 0:
-            if b == root:
-                return True
-            b = m.body_parentid[b]
-        return False
-
-    bodies = [b for b in range(m.nbody) if inside(b)]
-    static = {b for b in bodies if m.body_weldid[b] == m.body_weldid[root]}
-    geoms = lambda bs: [g for g in range(m.ngeom) if m.geom_bodyid[g] in bs]  # noqa: E731
-    return [(g1, g2) for g1 in geoms(static) for g2 in geoms(set(bodies) - static)
-            if (m.geom_contype[g1] & m.geom_conaffinity[g2]) or (m.geom_contype[g2] & m.geom_conaffinity[g1])]
-
-
-def build(xml: str, mocap: bool, pairs: bool) -> tuple[mujoco.MjModel, int]:
-    spec = mujoco.MjSpec.from_string(xml)
-    spec.body(FIXTURE).mocap = mocap
-    m = spec.compile()
-    added = 0
-    if pairs:
-        for g1, g2 in frame_pairs(m, m.body(FIXTURE).id):
-            p = spec.add_pair(geomname1=m.geom(g1).name, geomname2=m.geom(g2).name)
-            p.condim = int(max(m.geom_condim[g1], m.geom_condim[g2]))
-            f = np.maximum(m.geom_friction[g1], m.geom_friction[g2])
-            p.friction = [f[0], f[0], f[1], f[2], f[2]]
-            p.solref = list(0.5 * (m.geom_solref[g1] + m.geom_solref[g2]))
-            p.solimp = list(0.5 * (m.geom_solimp[g1] + m.geom_solimp[g2]))
-            p.margin = float(max(m.geom_margin[g1], m.geom_margin[g2]))
-            p.gap = float(max(m.geom_gap[g1], m.geom_gap[g2]))
-            added += 1
-        m = spec.compile()
-    return m, added
-
-
-def push(m: mujoco.MjModel, mocap: bool, force: float = 20.0, steps: int = 500) -> float:
-    d = mujoco.MjData(m)
-    if mocap:
-        b = m.body(FIXTURE).id
-        d.mocap_pos[0], d.mocap_quat[0] = m.body_pos[b], m.body_quat[b]
-    mujoco.mj_forward(m, d)
-    top, j = m.body(DRAWER).id, m.joint(JOINT).id
-    for _ in range(steps):
-        d.xfrc_applied[top, :3] = force * d.xmat[top].reshape(3, 3) @ m.jnt_axis[j]
-        mujoco.mj_step(m, d)
-    return float(d.qpos[m.jnt_qposadr[j]])
+SUITES = ("libero_goal", "libero_spatial", "libero_object", "libero_10", "libero_90")
+PUSH = {int(mujoco.mjtJoint.mjJNT_SLIDE): 20.0, int(mujoco.mjtJoint.mjJNT_HINGE): 0.5}
 
 
 def main() -> None:
-    env = make_env(str(get_task(TASK).file))
-    env.reset()
-    xml = env.sim.model.get_xml()
-    env.close()
+    by_scene = {}  # scene key -> its tasks in the first suite that has it
+    for suite in SUITES:
+        here = defaultdict(list)
+        for t in suite_tasks(suite):
+            here[t.scene].append(t)
+        by_scene.update({k: v for k, v in here.items() if k not in by_scene})
     rows = []
-    for name, mocap, pairs in (("LIBERO's model", False, False), ("root as mocap (this project)", True, False),
-                               ("root as mocap + frame pairs", True, True)):
-        m, added = build(xml, mocap, pairs)
-        rows.append({"model": name, "pairs_added": added, "drawer_q_after_1s": push(m, mocap)})
-        print(rows[-1])
+    for key, tasks in sorted(by_scene.items()):
+        scene = build_scene(tasks)
+        if not scene.frame_pairs:
+            continue
+        bare = build_scene(tasks)
+        bare.__dict__["frame_pairs"] = ()  # the model as it was built before the pairs
+        task = tasks[0]
+        env = fidelity.libero_env(task)
+        m = scene.model
+        for joint in scene.joints:
+            jt = int(m.jnt_type[m.joint(joint).id])
+            for sign in (1.0, -1.0):
+                force = sign * PUSH[jt]
+                ours, libero = fidelity.push_joint(scene, task, env, joint, force, 500)
+                without, _ = fidelity.push_joint(bare, task, env, joint, force, 500)
+                rows.append({"scene": key, "task": task.name, "joint": joint, "push": force,
+                             "pairs": len(scene.frame_pairs), "libero_q": float(libero[-1]),
+                             "ours_q": float(ours[-1]), "max_abs_diff": float(np.abs(ours - libero).max()),
+                             "without_pairs_q": float(without[-1]),
+                             "without_pairs_max_abs_diff": float(np.abs(without - libero).max())})
+                print(rows[-1])
+        env.close()
     write_json(Path(__file__).parent / "results" / "fixture_contacts.json",
-               {"benchmark": "fixture_contacts", "machine": machine(), "task": TASK, "drawer_joint": JOINT,
-                "push_newtons": 20.0, "seconds": 1.0, "rows": rows})
+               {"benchmark": "fixture_contacts", "machine": machine(), "seconds": 1.0, "init_state": 0,
+                "worst_max_abs_diff": max(r["max_abs_diff"] for r in rows),
+                "worst_without_pairs": max(r["without_pairs_max_abs_diff"] for r in rows), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import mujoco
 import numpy as np
 import pytest
 
+from clbench_jax.errors import ConfigError
 from clbench_jax.sim import fidelity, rollout
 from clbench_jax.sim.init_states import make_init_bank
 from clbench_jax.sim.mjx_backend import MjxBackend, geom_groups
@@ -91,6 +92,13 @@ def test_mjx_episode_is_one_program_without_host_callbacks(scene):
     assert "ffi_call" in prims  # MuJoCo Warp's kernels, called from inside the program
     # their launch records live in this process only: nothing it compiles from now on is persisted for others
     assert jax.config.jax_enable_compilation_cache is False
+
+
+def test_mjx_jax_impl_refuses_libero_scenes_clearly(scene):
+    """MJX's JAX collider has no cylinder-mesh routine (robosuite's mount): a typed error naming the field."""
+    with pytest.raises(ConfigError, match="mjx_impl") as e:
+        MjxBackend(scene, impl="jax")
+    assert e.value.field == "mjx_impl" and "CYLINDER" in str(e.value)
 
 
 @pytest.mark.slow

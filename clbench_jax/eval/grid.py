@@ -83,7 +83,7 @@ class GridSpec:
     warmup: int = 5
     seed: int = 0  # initial-state bank and policy noise
     backend: str = "native"
-    mjx_impl: str = "jax"  # "warp" on NVIDIA GPUs
+    mjx_impl: str = "warp"  # MuJoCo Warp (NVIDIA GPUs; CPU for tests); "jax" cannot collide LIBERO's robot mount
     obs: str = "state"
     image_size: int = 128
     deterministic: bool = False

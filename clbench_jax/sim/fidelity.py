@@ -203,3 +203,30 @@ def open_loop(scene: Scene, task: TaskSpec, env, actions: np.ndarray, k: int = 0
                           for b in range(1, lm.nbody)))
     worlds.close()
     return {"hand": np.array(hand), "bodies": np.array(bodies)}
+
+
+def push_joint(scene: Scene, task: TaskSpec, env, joint: str, force: float, steps: int, k: int = 0
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Load initial state k in LIBERO's environment and in this model, then push the body of the fixture joint
+    `joint` along its axis for `steps` physics steps in both, with a steady `force` (slide: N; hinge: N m of torque;
+    positive: towards the joint's upper limit) and no control (the arm sags alike). The joint's position per step,
+    (steps,) ours and LIBERO's. Where a drawer pushed shut stops shows whether the fixture's frame holds it."""
+    raw = np.load(init_states_path(task.suite, task.name))["states"]
+    env.sim.set_state_from_flattened(raw[k])
+    env.sim.forward()
+    m, lm, ld = scene.model, env.sim.model._model, env.sim.data._data
+    d = mujoco.MjData(m)
+    copy_libero_state(scene, task, env, d)
+    ld = mujoco.MjData(lm)  # a copy: LIBERO's own data stays as its env left it
+    ld.qpos[:], ld.qvel[:], ld.time = env.sim.data._data.qpos, env.sim.data._data.qvel, env.sim.data._data.time
+    mujoco.mj_forward(lm, ld)
+    out = np.zeros((2, steps))
+    for model, data, row in ((m, d, 0), (lm, ld, 1)):
+        j = model.joint(joint).id
+        b = int(model.jnt_bodyid[j])
+        part = slice(3, 6) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_HINGE else slice(0, 3)
+        for t in range(steps):
+            data.xfrc_applied[b, part] = force * data.xmat[b].reshape(3, 3) @ model.jnt_axis[j]
+            mujoco.mj_step(model, data)
+            out[row, t] = data.qpos[model.jnt_qposadr[j]]
+    return out[0], out[1]

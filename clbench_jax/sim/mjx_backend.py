@@ -30,6 +30,7 @@ import mujoco
 import numpy as np
 from mujoco import mjx
 
+from clbench_jax.errors import ConfigError
 from clbench_jax.sim import control, robot
 from clbench_jax.sim.rollout import FAIL_OVERFLOW, FAIL_VELOCITY, QVEL_LIMIT  # Records.fail_reason codes
 from clbench_jax.sim.scene import Scene, _base_spec, _build_spec
@@ -105,7 +106,11 @@ class MjxBackend:
             # programs can be found there by anyone).
             jax.config.update("jax_enable_compilation_cache", False)
         self.m_host = host_model(scene, impl)
-        self.mx = mjx.put_model(self.m_host, impl=impl)
+        try:
+            self.mx = mjx.put_model(self.m_host, impl=impl)
+        except NotImplementedError as e:  # MJX's JAX collider lacks robosuite's mount cylinder against meshes
+            raise ConfigError(f"MJX impl {impl!r} cannot simulate this scene ({e}); use mjx_impl warp",
+                              task=scene.tasks[0].name, field="mjx_impl", token=impl) from e
         self.capacity_bits = 0
         if impl == "warp":
             self.capacity_bits = capacity_bits()

@@ -4,7 +4,11 @@ readings into arrays.
 The model is the MJCF LIBERO's environment compiles for the scene's tasks (`libero_source`), compiled with plain
 MuJoCo, with four additions that do not change the physics:
 - fixtures (LIBERO's welded cabinet, stove, rack, ...) are mocap bodies, so each world can hold its own fixture
-  placement (LIBERO samples one at every reset and writes it into `body_pos` / `body_quat`);
+  placement (LIBERO samples one at every reset and writes it into `body_pos` / `body_quat`). A welded root is part
+  of the world body, which MuJoCo's parent filter never applies to; a mocap root is a body of its own, and the filter
+  would drop the contacts between a fixture's frame and its moving parts (a drawer would slide through the back of its
+  cabinet). Those geom pairs are added back as explicit contact pairs, mixed as MuJoCo mixes dynamic contacts
+  (`frame_pairs`);
 - sensors: arm and finger joints, every BDDL entity's root body frame, the region sites the predicates read,
   the articulated joints, and contact sensors for the entity / finger pairs the predicates and records need;
 - `nuserdata` slots that carry each world's OSC goal to the native controller (`native_osc`);
@@ -85,6 +89,10 @@ class Scene:
     def model(self) -> mujoco.MjModel:
         """The native model (with contact-pair sensors)."""
         return _build_spec(self, contact_sensors=True).compile()
+
+    @functools.cached_property
+    def frame_pairs(self) -> tuple[dict, ...]:
+        return tuple(frame_pairs(self))
 
     @functools.cached_property
     def sensors(self) -> SensorMap:
@@ -200,10 +208,68 @@ def _base_spec(scene: Scene) -> mujoco.MjSpec:
     return spec
 
 
-def _build_spec(scene: Scene, contact_sensors: bool) -> mujoco.MjSpec:
+def _mocap_spec(scene: Scene) -> mujoco.MjSpec:
     spec = _base_spec(scene)
     for name in scene.fixtures:
         spec.body(scene.info[name].root_body).mocap = True
+    return spec
+
+
+REACH_SLACK = 0.01  # m: a frame / moving-part geom pair is kept if it comes this close anywhere in the joint's reach
+
+
+def frame_pairs(scene: Scene) -> list[dict]:
+    """Explicit contact pairs (keyword arguments of `MjSpec.add_pair`) that give each fixture's frame (its root's
+    welded geoms) the contacts with its moving parts that LIBERO's welded root has: every geom pair that
+    contype / conaffinity let collide and that comes within REACH_SLACK of touching somewhere in the moving part's
+    joint range (plus 10% either side; the joints are one-dof slides and hinges, sampled every ~1/40 of the range).
+    Pairs that never come that close make no contact in LIBERO either; leaving them out keeps MJX's collision work
+    small. Parameters mix the two geoms' as MuJoCo does for dynamic contacts of equal priority and solmix: max condim,
+    friction, margin and gap; mean solref and solimp."""
+    m = _mocap_spec(scene).compile()
+    d = mujoco.MjData(m)
+    out = []
+    for name in scene.fixtures:
+        root = m.body(scene.info[name].root_body).id
+        bodies = [b for b in range(m.nbody) if m.body_rootid[b] == root]  # mocap bodies are children of the world
+        frame = [g for g in range(m.ngeom) if m.geom_bodyid[g] in bodies and m.body_weldid[m.geom_bodyid[g]] == m.body_weldid[root]]
+        for j in range(m.njnt):
+            b = int(m.jnt_bodyid[j])
+            if b not in bodies or m.jnt_type[j] not in (int(mujoco.mjtJoint.mjJNT_SLIDE), int(mujoco.mjtJoint.mjJNT_HINGE)):
+                continue
+            moving = [g for g in range(m.ngeom) if m.geom_bodyid[g] == b]
+            cand = [(g1, g2) for g1 in frame for g2 in moving
+                    if m.geom_contype[g1] & m.geom_conaffinity[g2] or m.geom_contype[g2] & m.geom_conaffinity[g1]]
+            if not cand:
+                continue
+            lo, hi = m.jnt_range[j] if m.jnt_limited[j] else (-np.pi, np.pi)
+            near = {p: np.inf for p in cand}
+            for q in np.linspace(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo), 41):
+                d.qpos[:] = m.qpos0
+                d.qpos[m.jnt_qposadr[j]] = q
+                mujoco.mj_kinematics(m, d)
+                for p in cand:
+                    near[p] = min(near[p], mujoco.mj_geomDistance(m, d, *p, 2 * REACH_SLACK, None))
+            for g1, g2 in cand:
+                if near[(g1, g2)] >= REACH_SLACK + max(m.geom_margin[g1], m.geom_margin[g2]):
+                    continue
+                if not (m.geom(g1).name and m.geom(g2).name):
+                    raise ValueError(f"{scene.key}: fixture {name} has an unnamed geom (an explicit pair needs names)")
+                f = np.maximum(m.geom_friction[g1], m.geom_friction[g2])
+                out.append(dict(geomname1=m.geom(g1).name, geomname2=m.geom(g2).name,
+                                condim=int(max(m.geom_condim[g1], m.geom_condim[g2])),
+                                friction=[f[0], f[0], f[1], f[2], f[2]],
+                                solref=list(0.5 * (m.geom_solref[g1] + m.geom_solref[g2])),
+                                solimp=list(0.5 * (m.geom_solimp[g1] + m.geom_solimp[g2])),
+                                margin=float(max(m.geom_margin[g1], m.geom_margin[g2])),
+                                gap=float(max(m.geom_gap[g1], m.geom_gap[g2]))))
+    return out
+
+
+def _build_spec(scene: Scene, contact_sensors: bool) -> mujoco.MjSpec:
+    spec = _mocap_spec(scene)
+    for kw in scene.frame_pairs:
+        spec.add_pair(**kw)
     spec.nuserdata = robot.NUSERDATA
     _add_sensors(spec, scene, contact_sensors)
     return spec
