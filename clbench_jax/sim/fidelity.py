@@ -147,6 +147,16 @@ def copy_libero_state(scene: Scene, task: TaskSpec, env, d: mujoco.MjData) -> No
     mujoco.mj_forward(m, d)
 
 
+def load_initial_state(scene: Scene, task: TaskSpec, env, k: int) -> mujoco.MjData:
+    """LIBERO's initial state k loaded in LIBERO's environment, and a copy of it in this model (returned)."""
+    raw = np.load(init_states_path(task.suite, task.name))["states"]
+    env.sim.set_state_from_flattened(raw[k])
+    env.sim.forward()
+    d = mujoco.MjData(scene.model)
+    copy_libero_state(scene, task, env, d)
+    return d
+
+
 def arm_jacobians(m: mujoco.MjModel, d: mujoco.MjData, rm: robot.RobotModel):
     """(mass (7, 7), jac (6, 7), bias (7,), ee_vel (6,)) of the arm in `d`, as robosuite's controller reads them."""
     jp, jr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
@@ -169,12 +179,8 @@ def open_loop(scene: Scene, task: TaskSpec, env, actions: np.ndarray, k: int = 0
 
     np.random.seed(seed)
     env.reset()
-    raw = np.load(init_states_path(task.suite, task.name))["states"]
-    env.sim.set_state_from_flattened(raw[k])
-    env.sim.forward()
+    d = load_initial_state(scene, task, env, k)
     m, lm, ld = scene.model, env.sim.model._model, env.sim.data._data
-    d = mujoco.MjData(m)
-    copy_libero_state(scene, task, env, d)
     rm = scene.robot
     nsub = robot.substeps(m)
     worlds = NativeWorlds(m, 1, nsub, nthread=1)
@@ -211,12 +217,8 @@ def push_joint(scene: Scene, task: TaskSpec, env, joint: str, force: float, step
     `joint` along its axis for `steps` physics steps in both, with a steady `force` (slide: N; hinge: N m of torque;
     positive: towards the joint's upper limit) and no control (the arm sags alike). The joint's position per step,
     (steps,) ours and LIBERO's. Where a drawer pushed shut stops shows whether the fixture's frame holds it."""
-    raw = np.load(init_states_path(task.suite, task.name))["states"]
-    env.sim.set_state_from_flattened(raw[k])
-    env.sim.forward()
-    m, lm, ld = scene.model, env.sim.model._model, env.sim.data._data
-    d = mujoco.MjData(m)
-    copy_libero_state(scene, task, env, d)
+    d = load_initial_state(scene, task, env, k)
+    m, lm = scene.model, env.sim.model._model
     ld = mujoco.MjData(lm)  # a copy: LIBERO's own data stays as its env left it
     ld.qpos[:], ld.qvel[:], ld.time = env.sim.data._data.qpos, env.sim.data._data.qvel, env.sim.data._data.time
     mujoco.mj_forward(lm, ld)
