@@ -207,7 +207,7 @@ def test_variants_from_file():
 
 def test_settings_errors_stop_the_grid(setup, tmp_path):
     s = setup
-    for bad, field in ((dict(obs="rgb", backend="mjx"), "grid.obs"), (dict(n_rollouts=0), "grid.n_rollouts"),
+    for bad, field in ((dict(obs="rgb", backend="mjx", mjx_impl="jax"), "grid.obs"), (dict(n_rollouts=0), "grid.n_rollouts"),
                        (dict(variants=(s["spec"].variants[0][1:], s["spec"].variants[1])), "grid.variants")):
         spec = G.GridSpec(**{**dict(tasks=s["spec"].tasks, variants=s["spec"].variants), **bad})
         with pytest.raises(ClbenchError, match=field):
