@@ -232,10 +232,13 @@ def frame_pairs(scene: Scene) -> list[dict]:
     for name in scene.fixtures:
         root = m.body(scene.info[name].root_body).id
         bodies = [b for b in range(m.nbody) if m.body_rootid[b] == root]  # mocap bodies are children of the world
-        frame = [g for g in range(m.ngeom) if m.geom_bodyid[g] in bodies and m.body_weldid[m.geom_bodyid[g]] == m.body_weldid[root]]
+        frame = [g for g in range(m.ngeom)
+                 if m.geom_bodyid[g] in bodies and m.body_weldid[m.geom_bodyid[g]] == m.body_weldid[root]]
         for j in range(m.njnt):
             b = int(m.jnt_bodyid[j])
-            if b not in bodies or m.jnt_type[j] not in (int(mujoco.mjtJoint.mjJNT_SLIDE), int(mujoco.mjtJoint.mjJNT_HINGE)):
+            # the parent filter drops only a moving body's contacts with its parent's weld (the frame)
+            if (b not in bodies or m.body_weldid[m.body_parentid[b]] != m.body_weldid[root]
+                    or m.jnt_type[j] not in (int(mujoco.mjtJoint.mjJNT_SLIDE), int(mujoco.mjtJoint.mjJNT_HINGE))):
                 continue
             moving = [g for g in range(m.ngeom) if m.geom_bodyid[g] == b]
             cand = [(g1, g2) for g1 in frame for g2 in moving
