@@ -180,6 +180,16 @@ def test_refuses_another_grid_in_its_folder(setup, full):
         G.run_grid(other, s["cks"], s["policy"], full[0], embeddings=s["emb"], progress=False)
 
 
+def test_a_grid_written_under_other_physics_is_another_grid(setup, full, monkeypatch):
+    """A folder begun before a physics change (scene.PHYSICS_REVISION) does not resume under the new physics."""
+    from clbench_jax.sim import scene as scene_mod
+
+    s = setup
+    monkeypatch.setattr(scene_mod, "PHYSICS_REVISION", scene_mod.PHYSICS_REVISION + 1)
+    with pytest.raises(ClbenchError, match="another grid"):
+        G.run_grid(s["spec"], s["cks"], s["policy"], full[0], embeddings=s["emb"], progress=False)
+
+
 def test_variants_from_file():
     from clbench_jax.language.variants import audited_goals, read_variants
     from clbench_jax.tasks.suites import suite_tasks

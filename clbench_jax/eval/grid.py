@@ -109,6 +109,9 @@ class GridSpec:
         d["variants"] = [[asdict(v) for v in vs] for vs in self.variants]
         d["checkpoints"] = [(c.method, c.seed, c.stage) for c in checkpoints]
         d["policy"] = repr(policy.cfg)
+        from clbench_jax.sim.scene import PHYSICS_REVISION
+
+        d["physics"] = PHYSICS_REVISION  # a folder written under other physics is another grid
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -35,6 +35,9 @@ from clbench_jax.sim.libero_source import Entity, TaskSource
 from clbench_jax.sim.predicates import PredicateLayout
 from clbench_jax.tasks.spec import TaskSpec
 
+# Bumped whenever a change alters the simulated physics (results written before it are not comparable; a grid
+# folder records it in its fingerprint). 2: fixture frames collide with their drawers and knob (frame_pairs).
+PHYSICS_REVISION = 2
 GOAL_ROWS = 4  # padded goal-table rows: libero_10 goals have 2 atoms; contrasts may add more
 INIT_ROWS = 16
 TOKEN_SHAPES = 16  # one-hot width for shape classes in object tokens
