@@ -33,6 +33,14 @@ SUITES = ("libero_goal", "libero_spatial", "libero_object", "libero_10", "libero
 PUSH = {int(mujoco.mjtJoint.mjJNT_SLIDE): 20.0, int(mujoco.mjtJoint.mjJNT_HINGE): 0.5}
 
 
+def scene_of(tasks, pairs: bool):
+    """The scene of `tasks`; without its frame pairs (the model as it was built before them) when `pairs` is False."""
+    scene = build_scene(tasks)
+    if not pairs:
+        scene.__dict__["frame_pairs"] = ()  # set before `model` is first built, which reads it
+    return scene
+
+
 def main() -> None:
     by_scene = {}  # scene key -> its tasks in the first suite that has it
     for suite in SUITES:
@@ -45,8 +53,7 @@ def main() -> None:
         scene = build_scene(tasks)
         if not scene.frame_pairs:
             continue
-        bare = build_scene(tasks)
-        bare.__dict__["frame_pairs"] = ()  # the model as it was built before the pairs
+        bare = scene_of(tasks, pairs=False)
         task = tasks[0]
         env = fidelity.libero_env(task)
         m = scene.model
@@ -67,9 +74,7 @@ def main() -> None:
     tasks = suite_tasks("libero_goal")
     env = fidelity.libero_env(tasks[0])
     for label, pairs in (("with_pairs", True), ("without_pairs", False)):
-        scene = build_scene(tasks)
-        if not pairs:
-            scene.__dict__["frame_pairs"] = ()
+        scene = scene_of(tasks, pairs)
         d = fidelity.load_initial_state(scene, tasks[0], env, 0)
         t0 = time.perf_counter()
         for _ in range(2000):
