@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from clbench_jax.algos import TaskContext, make_dmpel, make_iscil, make_l2m, make_tail
+from clbench_jax.algos import TaskContext, make_dmpel, make_iscil, make_l2m, make_multitask, make_tail
 from clbench_jax.algos.dmpel import route
 from clbench_jax.algos.iscil import kmeans
 from clbench_jax.algos.train import OptimConfig, make_optimizer, make_train_step
@@ -25,6 +25,23 @@ DMPEL_SPEC = [["gmm/logits", "full"], ["proprio", "full"], ["attn", 4], ["encode
 @pytest.fixture(scope="module")
 def policy():
     return make_bc_transformer("state", **TINY)
+
+
+def test_a_shared_adapter_set_trains_and_the_base_never_changes(policy):
+    """multitask with adapters (seed 004's rank-r update): one adapter set for every task trains (each LoRA B
+    leaves its zero init), the base stays bit for bit, and the fresh adapters leave the base's function unchanged."""
+    algo = make_multitask(adapters=[["attn", 4], ["encoder", 2], ["fusion", 4]])
+    net = algo.network(policy, 3)
+    batch = _batch(3)
+    params = net.init(jax.random.PRNGKey(0), batch)
+    same_fn = net.apply(params, batch["obs"], batch["lang"]).means
+    assert np.allclose(same_fn, policy.apply(params["base"], batch["obs"], batch["lang"]).means, atol=1e-6)
+    base0 = jax.tree.map(np.asarray, params["base"])
+    params = _train(net, algo, params, algo.init(params, 3), batch)
+    assert _same(base0, params["base"])
+    lora_b = [np.abs(np.asarray(x)).max() for p, x in jax.tree_util.tree_leaves_with_path(params["adapter"])
+              if p[-1].key == "B"]
+    assert len(lora_b) >= 3 and min(lora_b) > 0
 
 
 def _ctx(net, stages, s, seed=0):
@@ -295,6 +312,28 @@ def test_method_trains_through_the_lifelong_loop_on_a_frozen_pretrained_base(pre
         assert [log["n_experts"] for log in m["logs"]] == [1, 2] and len(m["logs"][1]["recall_losses"]) == 2
     if method == "iscil":
         assert m["logs"][1]["init_from"] == 0
+
+
+def test_a_shared_adapter_update_of_a_finished_multitask_run(pretrained, tmp_path):
+    """Seed 004's repair step: a finished multitask run is a base; `multitask` with adapters trains one shared
+    adapter set on it and leaves the base bit-identical to that run's selected parameters. A run of another
+    method, or an adapted one, is refused as a base, naming it."""
+    from clbench_jax.errors import PretrainedError
+    from clbench_jax.lifelong.config import make_config
+    from clbench_jax.lifelong.loop import run_lifelong
+
+    demos, _ = pretrained
+    first = str(tmp_path / "multitask_s0")
+    run_lifelong(make_config(dict(BASE, algo="multitask", demos_dir=demos)), first, progress=False)
+    spec = [["attn", 4], ["encoder", 4], ["fusion", 4]]
+    upd = str(tmp_path / "update")
+    m = run_lifelong(make_config(dict(BASE, algo="multitask", demos_dir=demos, pretrained=first,
+                                      algo_kwargs={"adapters": spec})), upd, progress=False)
+    assert len(m["success_matrix"]) == 1 and np.isfinite(m["losses"]).all()
+    assert _same(_stage_params(first, 0), _stage_params(upd, 0)["base"])
+    with pytest.raises(PretrainedError, match="is a multitask run; a base is"):  # an adapted run is no base
+        run_lifelong(make_config(dict(BASE, algo="multitask", demos_dir=demos, pretrained=upd,
+                                      algo_kwargs={"adapters": spec})), str(tmp_path / "x"), progress=False)
 
 
 def test_a_missing_unfinished_or_mismatched_pretrained_base_is_named_first(pretrained, tmp_path):

@@ -131,8 +131,13 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
             make_algorithm(m, **kw)
         except ClbenchError as e:
             raise ConfigError(str(e), file=where, field=f"algo_kwargs.{m}") from None
+    from clbench_jax.lifelong.pretrain import check_pretrained
+
     for m in cfg.methods:
-        train_config(cfg, m, cfg.seeds[0], where=where)  # every method's training config, typed and ranged
+        for seed in cfg.seeds:  # every method's training config, typed and ranged; its pretrained base made
+            tcfg = train_config(cfg, m, seed, where=where)
+            if tcfg.pretrained:
+                check_pretrained(tcfg)
     demos = typed_values(CollectConfig, {k: v for k, v in cfg.demos.items() if k != "dir"}, file=where,
                          prefix="demos.")
     if not isinstance(cfg.demos.get("dir", "runs/demos"), str) or not cfg.demos.get("dir", "runs/demos"):
@@ -175,6 +180,8 @@ def train_config(cfg: RunConfig, method: str, seed: int, where: str | None = Non
     demos_dir = cfg.demos.get("dir", os.path.join("runs", "demos"))
     values = dict(cfg.train, suite=cfg.suite, algo=method, seed=seed, order=cfg.order, n_tasks=cfg.n_tasks,
                   demos_dir=demos_dir, algo_kwargs=cfg.algo_kwargs.get(method, {}))
+    if isinstance(values.get("pretrained"), str):  # one base per seed: e.g. runs/conf/train/multitask_s{seed}
+        values["pretrained"] = values["pretrained"].replace("{seed}", str(seed))
     return make_config(values, where, prefix="train.")
 
 

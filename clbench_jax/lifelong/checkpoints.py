@@ -24,8 +24,9 @@ class StageCheckpoints:
                                                          record=ocp.args.JsonSave(record)))
         self.manager.wait_until_finished()
 
-    def restore(self, stage: int, like: Any) -> tuple[Any, dict]:
-        """Arrays shaped like `like` (a pytree of the same structure) and the JSON record of `stage`.
+    def restore(self, stage: int, like: Any, partial: bool = False) -> tuple[Any, dict]:
+        """Arrays shaped like `like` (a pytree of the same structure; with `partial`, of some of the saved
+        top-level entries, e.g. a finished run's params without its optimizer state) and the JSON record of `stage`.
 
         Shape-only leaves (jax.ShapeDtypeStruct) are placed on this process's first device: without a sharding,
         orbax falls back to the one saved in the checkpoint, and a stage written on another machine (a GPU run
@@ -35,8 +36,12 @@ class StageCheckpoints:
         dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=dev)
                             if isinstance(x, jax.ShapeDtypeStruct) and x.sharding is None else x, like)
-        out = self.manager.restore(stage, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(like),
-                                                                  record=ocp.args.JsonRestore()))
+        if partial:
+            args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(sharding=getattr(x, "sharding", None) or dev), like)
+            arrays = ocp.args.PyTreeRestore(like, restore_args=args, partial_restore=True)
+        else:
+            arrays = ocp.args.StandardRestore(like)
+        out = self.manager.restore(stage, args=ocp.args.Composite(arrays=arrays, record=ocp.args.JsonRestore()))
         return out["arrays"], out["record"]
 
     def close(self) -> None:

@@ -61,8 +61,9 @@ def register(sub) -> None:
     t.add_argument("--lang", default=None, choices=["minilm", "onehot"])
     t.add_argument("--backend", default=None, choices=["native", "mjx"])
     t.add_argument("--pretrained", default=None,
-                   help="folder of a `clbench pretrain` run: the policy starts from its base (frozen for l2m, "
-                        "tail, iscil, dmpel)")
+                   help="folder of a `clbench pretrain` run, or of a finished multitask run without adapters "
+                        "(RUN/train/multitask_s0): the policy starts from its base (frozen for l2m, tail, iscil, "
+                        "dmpel and multitask with adapters)")
     t.add_argument("--out", default=None, help="results folder (default runs/<suite>_<algo>_...)")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(fn=cmd_train)

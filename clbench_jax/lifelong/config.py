@@ -48,7 +48,7 @@ class TrainConfig:
     image_size: int = 128
     eval_seed: int = 0               # seed of the fixed initial-state bank every evaluation uses
     missing_demos: str = "error"     # a demo file with 0 demos: error | skip (its stage trains nothing; reported)
-    pretrained: str | None = None    # folder of a `clbench pretrain` run: the policy's starting parameters (the
+    pretrained: str | None = None    # a `clbench pretrain` folder or a finished multitask run: starting parameters (the
                                      # frozen base of l2m / tail / iscil / dmpel; fine-tuned by the others)
     policy_kwargs: dict = field(default_factory=dict)
     algo_kwargs: dict = field(default_factory=dict)

@@ -34,20 +34,33 @@ def pretrain_command(cfg, out: str) -> str:
             f"--out {out}  (with --config for policy_kwargs)")
 
 
+def _is_run(path: str) -> bool:
+    """A lifelong run's folder (`clbench train` / `clbench run`'s train/<method>_s<seed>) rather than a pretraining
+    run's: it writes metrics.json."""
+    return os.path.exists(os.path.join(path, "metrics.json"))
+
+
 def _base_dir(path: str) -> str:
-    return os.path.join(path, "base")
+    """Where the base's params are: a pretraining run's base/, or a finished multitask run's checkpoints/ (its one
+    stage, the checkpoint LIBERO's Multitask selects by success)."""
+    return os.path.join(path, "checkpoints" if _is_run(path) else "base")
 
 
 def check_pretrained(cfg) -> dict:
     """Fail early, naming the folder and the command that makes it, unless cfg.pretrained holds a finished
-    pretraining run for the same policy -> that run's config (dict)."""
+    pretraining run, or a finished multitask run, of the same policy -> that run's config (dict)."""
     path = cfg.pretrained
     cfg_file = os.path.join(path, "config.yaml")
     if not os.path.exists(cfg_file):
-        raise PretrainedError(f"no pretrained checkpoint at {path}; make it with: {pretrain_command(cfg, path)}",
-                              file=path, field="pretrained")
+        raise PretrainedError(f"no pretrained checkpoint at {path}; make it with: {pretrain_command(cfg, path)}, "
+                              "or name a finished multitask run (RUN/train/multitask_s<seed>)", file=path,
+                              field="pretrained")
     with open(cfg_file) as f:
         old = yaml.safe_load(f) or {}
+    if _is_run(path) and (old.get("algo") != "multitask" or (old.get("algo_kwargs") or {}).get("adapters")):
+        raise PretrainedError(f"{path} is a {old.get('algo')} run; a base is a `clbench pretrain` folder or a "
+                              "multitask run without adapters (e.g. RUN/train/multitask_s0)", file=cfg_file,
+                              field="pretrained")
     if not os.path.isdir(_base_dir(path)) or not os.listdir(_base_dir(path)):
         raise PretrainedError(f"the pretraining run at {path} is unfinished; rerun the command that made it to "
                               f"resume it ({pretrain_command(cfg, path)})", file=path, field="pretrained")
@@ -76,7 +89,7 @@ def load_pretrained(cfg, policy, params):
     like = params["base"] if adapted else params
     store = StageCheckpoints(_base_dir(cfg.pretrained))
     try:
-        arrays, _ = store.restore(store.latest(), {"params": like})
+        arrays, _ = store.restore(store.latest(), {"params": like}, partial=True)
     finally:
         store.close()
     base = arrays["params"]
