@@ -1,5 +1,6 @@
 """Seed 004's table from the three arms of configs/seed004/ (confounded, deconfounded, rank-32 update): per arm,
-the battery's rates from each run's metrics.json (written by `clbench run` / `clbench report`), with both floors.
+the battery's rates from the metrics.json of each seed's run folder ROOT/s<seed>/<arm>/ (written by `clbench run` /
+`clbench report`), with both floors (those of the first seed's folder: floors read neither instruction nor policy).
 
     python benchmarks/seed004_table.py runs/seed004 [--out benchmarks/results/seed004_libero_object_state.json]
 
@@ -40,22 +41,26 @@ def _get(d, path):
     return d
 
 
-def arm_rows(run_dir: str) -> dict:
-    """{label: {column: mean_std}} for the arm's methods and floors."""
+def _rows(run_dir: str) -> dict:
+    """{label: {column: mean_std}} for a run folder's methods and floors."""
     with open(os.path.join(run_dir, "metrics.json")) as f:
         doc = json.load(f)
-    rows = {}
     entries = list(doc.get("language", {}).items()) + [(f"floor: {k}", v) for k, v in
                                                       doc.get("floors", {}).get("language", {}).items()]
-    for label, entry in entries:
-        rows[label] = {c: _get(entry, p) for c, p in COLUMNS.items()}
-    return {"rows": rows, "episodes": doc.get("episodes"), "seeds": sorted({int(s) for s in
-                                                                         _seeds(run_dir)})}
+    return {label: {c: _get(entry, p) for c, p in COLUMNS.items()} for label, entry in entries}
 
 
-def _seeds(run_dir):
-    train = os.path.join(run_dir, "train")
-    return [d.rsplit("_s", 1)[1] for d in sorted(os.listdir(train)) if "_s" in d] if os.path.isdir(train) else []
+def arm_rows(folders: list[str]) -> dict:
+    """One arm over its seed folders: per-seed values pooled, mean and std across seeds; floors from the first."""
+    from clbench_jax.eval.aggregate import mean_std
+
+    per = [_rows(f) for f in folders]
+    rows = {}
+    for label in per[0]:
+        use = per[:1] if label.startswith("floor") else [r for r in per if label in r]
+        rows[label] = {c: mean_std([v for r in use for v in ((r[label][c] or {}).get("per_seed") or [None])])
+                       for c in COLUMNS}
+    return {"folders": folders, "rows": rows}
 
 
 def _pm(d):
@@ -71,7 +76,7 @@ def markdown(result: dict) -> str:
         for label, row in r["rows"].items():
             if label.startswith("floor") and arm != next(iter(result["arms"])):
                 continue  # floors read neither instruction nor policy: one arm's are every arm's
-            name = "all" if label.startswith("floor") else arm
+            name = "all" if label.startswith("floor") else f"{arm} ({len(r['folders'])} seed(s))"
             lines.append(f"| {name} | {label} | " + " | ".join(_pm(row[c]) for c in cols) + " |")
     return "\n".join(lines)
 
@@ -81,10 +86,15 @@ def main(argv=None) -> None:
     ap.add_argument("root", help="folder holding the arms' run folders (confounded/, deconfounded/, lora/)")
     ap.add_argument("--out", default="benchmarks/results/seed004_libero_object_state.json")
     a = ap.parse_args(argv)
-    arms = {arm: arm_rows(os.path.join(a.root, arm)) for arm in ARMS
-            if os.path.exists(os.path.join(a.root, arm, "metrics.json"))}
+    seeds = sorted((d for d in os.listdir(a.root) if d[:1] == "s" and d[1:].isdigit()), key=lambda d: int(d[1:]))
+    arms = {}
+    for arm in ARMS:
+        folders = [os.path.join(a.root, d, arm) for d in seeds
+                   if os.path.exists(os.path.join(a.root, d, arm, "metrics.json"))]
+        if folders:
+            arms[arm] = arm_rows(folders)
     if not arms:
-        raise SystemExit(f"no finished arm under {a.root} (want {', '.join(ARMS)} with metrics.json)")
+        raise SystemExit(f"no finished arm under {a.root} (want s<seed>/<arm>/metrics.json, arm in {ARMS})")
     result = {"benchmark": "seed004_battery", "machine": machine(), "suite": "libero_object", "obs": "state",
               "configs": {arm: f"configs/seed004/{arm}.yaml" for arm in arms},
               "command": f"python benchmarks/seed004_table.py {a.root}", "arms": arms}
