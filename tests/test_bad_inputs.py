@@ -422,3 +422,22 @@ def test_corrected_rerun_is_not_refused(tmp_path):
     (out / "checkpoints" / "0").mkdir(parents=True)
     with pytest.raises(ClbenchError, match="different config"):
         _config_to_write(str(out), cfg)
+
+
+def test_a_folder_made_before_a_field_was_added_resumes(tmp_path):
+    """A finished stage's folder whose config.yaml predates a TrainConfig field (here `select`) holds the same run
+    when the field has its default; a non-default value is another run."""
+    import yaml
+
+    from clbench_jax.lifelong.config import dump_config, make_config
+    from clbench_jax.lifelong.loop import _config_to_write
+
+    out = tmp_path / "o"
+    (out / "checkpoints" / "0").mkdir(parents=True)
+    cfg = make_config(dict(TRAIN, demos_dir=str(tmp_path)))
+    old = yaml.safe_load(dump_config(cfg))
+    del old["select"]
+    (out / "config.yaml").write_text(yaml.safe_dump(old))
+    assert _config_to_write(str(out), cfg) is None
+    with pytest.raises(ClbenchError, match="different config \\(select: 'best' != 'last'\\)"):
+        _config_to_write(str(out), make_config(dict(TRAIN, demos_dir=str(tmp_path), select="last")))

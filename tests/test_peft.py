@@ -316,8 +316,8 @@ def test_method_trains_through_the_lifelong_loop_on_a_frozen_pretrained_base(pre
 
 def test_a_shared_adapter_update_of_a_finished_multitask_run(pretrained, tmp_path):
     """Seed 004's repair step: a finished multitask run is a base; `multitask` with adapters trains one shared
-    adapter set on it and leaves the base bit-identical to that run's selected parameters. A run of another
-    method, or an adapted one, is refused as a base, naming it."""
+    adapter set on it (`select: last` keeps them) and leaves the base bit-identical to that run's selected
+    parameters. An adapted run is refused as a base, naming it."""
     from clbench_jax.errors import PretrainedError
     from clbench_jax.lifelong.config import make_config
     from clbench_jax.lifelong.loop import run_lifelong
@@ -327,10 +327,15 @@ def test_a_shared_adapter_update_of_a_finished_multitask_run(pretrained, tmp_pat
     run_lifelong(make_config(dict(BASE, algo="multitask", demos_dir=demos)), first, progress=False)
     spec = [["attn", 4], ["encoder", 4], ["fusion", 4]]
     upd = str(tmp_path / "update")
-    m = run_lifelong(make_config(dict(BASE, algo="multitask", demos_dir=demos, pretrained=first,
+    m = run_lifelong(make_config(dict(BASE, algo="multitask", demos_dir=demos, pretrained=first, select="last",
                                       algo_kwargs={"adapters": spec})), upd, progress=False)
     assert len(m["success_matrix"]) == 1 and np.isfinite(m["losses"]).all()
-    assert _same(_stage_params(first, 0), _stage_params(upd, 0)["base"])
+    after = _stage_params(upd, 0)
+    assert _same(_stage_params(first, 0), after["base"])
+    # select: last keeps the trained adapters (best-success selection may keep epoch 0, the untouched base)
+    lora_b = [np.abs(np.asarray(x)).max() for p, x in jax.tree_util.tree_leaves_with_path(after["adapter"])
+              if p[-1].key == "B"]
+    assert len(lora_b) >= 3 and min(lora_b) > 0
     with pytest.raises(PretrainedError, match="is a multitask run; a base is"):  # an adapted run is no base
         run_lifelong(make_config(dict(BASE, algo="multitask", demos_dir=demos, pretrained=upd,
                                       algo_kwargs={"adapters": spec})), str(tmp_path / "x"), progress=False)

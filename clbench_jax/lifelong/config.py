@@ -44,6 +44,8 @@ class TrainConfig:
     mask_padding: bool = True        # drop end-padded steps from the loss (LIBERO keeps them: false)
     gmm_min_std: float = 0.05        # floor on the GMM's std (LIBERO 1e-4); policy_kwargs.gmm_min_std wins
     hold_peak: bool = True           # FWT from the curve held at its peak (LIBERO's code) or the plain mean (paper)
+    select: str = "best"             # a stage's checkpoint: best = highest success, the untrained epoch 0 included
+                                     # (LIBERO); last = the last epoch's (an update of a base that already succeeds)
     backend: str = "native"          # rollout physics: native | mjx
     image_size: int = 128
     eval_seed: int = 0               # seed of the fixed initial-state bank every evaluation uses
@@ -66,7 +68,8 @@ def _rules() -> list:
 
     return [one_of("suite", SUITES), one_of("algo", sorted(ALGORITHMS)), one_of("policy", POLICIES),
             one_of("obs", ("state", "rgb")), one_of("lang", ("minilm", "onehot")),
-            one_of("missing_demos", ("error", "skip")), one_of("backend", ("native", "mjx")),
+            one_of("missing_demos", ("error", "skip")), one_of("select", ("best", "last")),
+            one_of("backend", ("native", "mjx")),
             at_least("seed", 0), at_least("eval_seed", 0), at_least("n_tasks", 1, optional=True),
             at_least("epochs", 0), at_least("eval_every", 1), at_least("n_eval", 1), at_least("horizon", 1),
             at_least("warmup", 0), at_least("batch_size", 1), at_least("max_batches", 1, optional=True),

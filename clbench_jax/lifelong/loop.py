@@ -178,12 +178,13 @@ def _config_to_write(out_dir: str, cfg: TrainConfig) -> str | None:
     except (OSError, yaml.YAMLError) as e:
         raise ClbenchError(f"cannot read the folder's config ({e}); use another --out", file=path) from None
     new = yaml.safe_load(text)
-    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    default = yaml.safe_load(dump_config(TrainConfig()))  # a field added since the folder was made: its default
+    diff = sorted(k for k in set(old) | set(new) if old.get(k, default.get(k)) != new.get(k))
     if not diff:
         return None
     if finished_stages(out_dir):
         raise ClbenchError(f"results folder holds a run with a different config ({diff[0]}: "
-                           f"{old.get(diff[0])!r} != {new.get(diff[0])!r}); use another --out",
+                           f"{old.get(diff[0], default.get(diff[0]))!r} != {new.get(diff[0])!r}); use another --out",
                            file=path, field=diff[0])
     return text
 
@@ -345,6 +346,8 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
                 if succ > best:
                     best, best_params, best_epoch = succ, params, epoch
                 bar.set_postfix(success=f"{succ:.2f}", best=f"{best:.2f}")
+        if cfg.select == "last":
+            best_params, best_epoch = params, epochs
         return best_params, opt_state, {"curve": curve, "epochs": eval_epochs, "losses": losses,
                                         "best_epoch": best_epoch}
 
