@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import machine, write_json  # noqa: E402
 
 
-ARMS = ("confounded", "deconfounded", "deconfounded_30ep", "lora")
+ARMS = ("confounded", "deconfounded", "lora")
 COLUMNS = {  # column -> path in a method's (or floor's) language entry
     "original SR": ("faces", "original", "success"),
     "swap: named goal": ("faces", "swap", "success"),
