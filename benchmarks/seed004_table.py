@@ -72,12 +72,13 @@ def _pm(d):
 def markdown(result: dict) -> str:
     cols = list(COLUMNS)
     lines = ["| arm | policy | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-    for arm, r in result["arms"].items():
-        for label, row in r["rows"].items():
-            if label.startswith("floor") and arm != next(iter(result["arms"])):
-                continue  # floors read neither instruction nor policy: one arm's are every arm's
-            name = "all" if label.startswith("floor") else f"{arm} ({len(r['folders'])} seed(s))"
-            lines.append(f"| {name} | {label} | " + " | ".join(_pm(row[c]) for c in cols) + " |")
+    arms = result["arms"]
+    rows = [(f"{arm} ({len(r['folders'])} seed(s))", label, row) for arm, r in arms.items()
+            for label, row in r["rows"].items() if not label.startswith("floor")]
+    first = next(iter(arms.values()))  # floors read neither instruction nor policy: one arm's are every arm's
+    rows += [("all", label, row) for label, row in first["rows"].items() if label.startswith("floor")]
+    for name, label, row in rows:
+        lines.append(f"| {name} | {label} | " + " | ".join(_pm(row[c]) for c in cols) + " |")
     return "\n".join(lines)
 
 
