@@ -131,13 +131,8 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
             make_algorithm(m, **kw)
         except ClbenchError as e:
             raise ConfigError(str(e), file=where, field=f"algo_kwargs.{m}") from None
-    from clbench_jax.lifelong.pretrain import check_pretrained
-
     for m in cfg.methods:
-        for seed in cfg.seeds:  # every method's training config, typed and ranged; its pretrained base made
-            tcfg = train_config(cfg, m, seed, where=where)
-            if tcfg.pretrained:
-                check_pretrained(tcfg)
+        train_config(cfg, m, cfg.seeds[0], where=where)  # every method's training config, typed and ranged
     demos = typed_values(CollectConfig, {k: v for k, v in cfg.demos.items() if k != "dir"}, file=where,
                          prefix="demos.")
     if not isinstance(cfg.demos.get("dir", "runs/demos"), str) or not cfg.demos.get("dir", "runs/demos"):
@@ -286,6 +281,7 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     from clbench_jax.data.collect import CollectConfig, collect_tasks
     from clbench_jax.eval.grid import pending_chunks, plan, run_grid
     from clbench_jax.lifelong.loop import make_policy, run_lifelong
+    from clbench_jax.lifelong.pretrain import check_pretrained
 
     from clbench_jax.jsonio import check_writable
 
@@ -294,6 +290,9 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     runs = [(m, s) for m in cfg.methods for s in cfg.seeds]
     tcfgs = {r: train_config(cfg, *r) for r in runs}
     first = tcfgs[runs[0]]
+    for t in tcfgs.values():  # each seed's pretrained base exists, before the demos phase
+        if t.pretrained:
+            check_pretrained(t)
     check_writable(out, folder=True, field="--out")
     check_writable(first.demos_dir, folder=True, field="demos.dir")
     out.mkdir(parents=True, exist_ok=True)
