@@ -20,6 +20,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import machine, write_json  # noqa: E402
 
+from clbench_jax.eval.report import _get  # noqa: E402  (the report's path lookup in metrics.json)
+
 
 ARMS = ("confounded", "deconfounded", "lora")
 COLUMNS = {  # column -> path in a method's (or floor's) language entry
@@ -35,19 +37,13 @@ COLUMNS = {  # column -> path in a method's (or floor's) language entry
 }
 
 
-def _get(d, path):
-    for k in path:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d
-
-
 def _rows(run_dir: str) -> dict:
     """{label: {column: mean_std}} for a run folder's methods and floors."""
     with open(os.path.join(run_dir, "metrics.json")) as f:
         doc = json.load(f)
     entries = list(doc.get("language", {}).items()) + [(f"floor: {k}", v) for k, v in
                                                       doc.get("floors", {}).get("language", {}).items()]
-    return {label: {c: _get(entry, p) for c, p in COLUMNS.items()} for label, entry in entries}
+    return {label: {c: _get(entry, *p) for c, p in COLUMNS.items()} for label, entry in entries}
 
 
 def arm_rows(folders: list[str]) -> dict:
