@@ -508,9 +508,16 @@ def make_oracle(scene: Scene, noise: bool = True):
                          jnp.where((goal.pred == pred_close) | (goal.pred == pred_toff),
                                    jnp.where(jnp.any(is_place), 2, -1), 1))
         todo = goal.valid & ~truth
+        # an Open row of the drawer an In row fills waits for that row, which opens the drawer itself and can first
+        # move its object clear of where the opened drawer will stand (KITCHEN_SCENE1's "open the top drawer and
+        # put the bowl in it": opened first, the drawer stood over the bowl, was closed again to reach it, 9 of 10)
+        in_j = jnp.where((goal.pred == pred_in) & (goal.b >= E),
+                         T["s_joint"][jnp.clip(goal.b - E, 0, view.site_pos.shape[0] - 1)], J)
+        fills = jnp.any(goal.jmask[:, None, :] & (jnp.arange(J)[None, None, :] == in_j[None, :, None]), axis=(1, 2))
+        defer = (goal.pred == pred_open) & fills
         # an object another row stacks something on is placed first
         support = is_place & jnp.any(is_place[None, :] & (goal.b[None, :] == goal.a[:, None]), axis=1)
-        row = jnp.argmin(jnp.where(todo, prio * 10 + jnp.arange(Gr) - 5 * support, 1000))
+        row = jnp.argmin(jnp.where(todo, prio * 100 + jnp.arange(Gr) - 50 * support + 150 * defer, 1000))
         rp, ra, rb = goal.pred[row], goal.a[row], goal.b[row]
         jm = jnp.concatenate([goal.jmask[row], jnp.zeros(1, bool)])
         kk = jnp.select([rp == pred_open, rp == pred_close, rp == pred_ton], [0, 1, 2], 3)
