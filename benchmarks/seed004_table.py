@@ -56,7 +56,18 @@ def arm_rows(folders: list[str]) -> dict:
         use = per[:1] if label.startswith("floor") else [r for r in per if label in r]
         rows[label] = {c: mean_std([v for r in use for v in ((r[label][c] or {}).get("per_seed") or [None])])
                        for c in COLUMNS}
-    return {"folders": folders, "rows": rows}
+    return {"folders": folders, "rows": rows, "training": [_training(f) for f in folders]}
+
+
+def _training(run_dir: str) -> dict:
+    """A run folder's training budget and success curve (its train/<method>_s<seed>/metrics.json)."""
+    import glob
+
+    (path,) = glob.glob(os.path.join(run_dir, "train", "*", "metrics.json"))
+    with open(path) as f:
+        doc = json.load(f)
+    return {"epochs": doc["config"]["epochs"], "curve_epochs": doc["curve_epochs"][0], "curve": doc["curves"][0],
+            "select": doc["config"].get("select", "best"), "best_epoch": doc["best_epoch"][0]}
 
 
 def _pm(d):
@@ -69,12 +80,19 @@ def markdown(result: dict) -> str:
     cols = list(COLUMNS)
     lines = ["| arm | policy | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     arms = result["arms"]
-    rows = [(f"{arm} ({len(r['folders'])} seed(s))", label, row) for arm, r in arms.items()
+    rows = [(f"{arm} ({len(r['folders'])} seed(s), {'/'.join(sorted({str(t['epochs']) for t in r['training']}))} "
+             "epochs)", label, row) for arm, r in arms.items()
             for label, row in r["rows"].items() if not label.startswith("floor")]
     first = next(iter(arms.values()))  # floors read neither instruction nor policy: one arm's are every arm's
     rows += [("all", label, row) for label, row in first["rows"].items() if label.startswith("floor")]
     for name, label, row in rows:
         lines.append(f"| {name} | {label} | " + " | ".join(_pm(row[c]) for c in cols) + " |")
+    lines.append("")
+    for arm, r in arms.items():  # the training curves: is each arm's policy converged?
+        for folder, t in zip(r["folders"], r["training"]):
+            pts = ", ".join(f"{e}: {100 * v:.0f}" for e, v in zip(t["curve_epochs"], t["curve"]))
+            lines.append(f"- {arm}, `{folder}`: success by epoch {pts} (%; kept: epoch {t['best_epoch']}, "
+                         f"`select: {t['select']}`)")
     return "\n".join(lines)
 
 
