@@ -442,6 +442,12 @@ REACH_HIGH = 0.78  # ... and at a drawer handle's height, pointing horizontally
 DRAWER_APPROACH = 0.12  # a drawer's handle is approached from this far in front
 Z_REACH = 0.45  # the hand stays below the robot base + this (the arm's reach at the far side of the table)
 SETTLE = 5  # the oracle idles its first steps (LIBERO's warm-up: objects settle)
+# ... and after them while an object still moves this much per step, up to SETTLE_MAX steps (LIBERO's own initial
+# states of LIVING_ROOM_SCENE2 throw the milk, juice and ketchup 0.5-0.65 m up at reset, in LIBERO's environment too;
+# a job chosen while they flew planned its grasp of the cream cheese as if the milk were not there)
+SETTLE_MOVE = 0.002
+SETTLE_STILL = 3  # ... steps in a row below it (an object at the top of its flight moved 3 mm in the step there)
+SETTLE_MAX = 60
 SLOT_MARGIN = 0.02  # slots of objects sharing a region stay this far inside its edges
 STAGE_CLEAR = 0.06  # objects this close to where an opened drawer will be are moved away first
 CARRY_LOST = 0.05  # the carried object this far from where the grasp holds it -> start the job again
@@ -690,10 +696,14 @@ def make_oracle(scene: Scene, noise: bool = True):
         new_theta = th_k[new_cand]
 
         # no job during the first SETTLE steps: objects of LIBERO's initial states drop a few centimetres onto their
-        # supports first (run_oracle's warm-up steps cover them: those actions are not executed)
+        # supports first (run_oracle's warm-up steps cover them: those actions are not executed); none either while
+        # something still moves early on
         start = ~ps["active"]
-        new_job = jnp.where(ps["t"] < SETTLE, J_NONE, new_job)
+        moving = jnp.any(present & (jnp.max(jnp.abs(pos - ps["prev"]), axis=1) > SETTLE_MOVE))
+        still = jnp.where(moving, 0, ps["still"] + 1)
+        new_job = jnp.where((ps["t"] < SETTLE) | ((still < SETTLE_STILL) & (ps["t"] < SETTLE_MAX)), J_NONE, new_job)
         ps = dict(ps)
+        ps["prev"], ps["still"] = pos, still
         ps["dyaw"] = jnp.where(~ps["active"], 0.0, ps["dyaw"])
         for k_, v_ in (("job", new_job), ("a", ra), ("b", rb), ("pred", rp), ("joint", new_joint),
                        ("kind", new_kind), ("cand", new_cand), ("noise", new_noise), ("theta0", new_theta),
@@ -956,7 +966,7 @@ def make_oracle(scene: Scene, noise: bool = True):
                     anchor=z(3), theta0=z() + THETA_REF, t=z(dt=jnp.int32), target=z(3), push_psi=z(), dyaw=z(),
                     push_dir=z(), push_goal=z(2), leg0=z(2),
                     staged=z(dt=bool),
-                    stage=z(2), stage_z=z())
+                    stage=z(2), stage_z=z(), prev=z(E, 3), still=z(dt=jnp.int32))
 
     return policy, pstate0_fn
 
