@@ -77,41 +77,19 @@ def motion(suite, key, tasks, n: int) -> dict:
 
 def libero_side_by_side(name: str, steps: int = 8) -> dict:
     """Object heights over `steps` zero-action steps from state 0, here (native, the project's OSC) and in LIBERO's
-    environment: {"bodies": [...], "ours": [[z...] per step], "libero": [...]}."""
-    import jax.numpy as jnp
-    import mujoco
-
-    from clbench_jax.sim import control, fidelity, robot
-    from clbench_jax.sim.native import FULL, NativeWorlds
+    environment: {"bodies": [...], "ours": [[z...] per step], "libero": [...], "max_abs_diff": m}."""
+    from clbench_jax.sim import fidelity
 
     task = next(t for s in SUITES for t in suite_tasks(s) if t.name == name)
     scene = build_scene(scene_tasks(task.scene) if task.suite in ("libero_10", "libero_90") else suite_tasks(task.suite))
     m = scene.model
     env = fidelity.libero_env(task)
-    d = fidelity.load_initial_state(scene, task, env, 0)
-    lm, ld = env.sim.model._model, env.sim.data._data
+    lm = env.sim.model._model
     bodies = [lm.body(b).name for b in range(lm.nbody) if lm.body(b).name.endswith("_main")]
-    rm, nsub = scene.robot, robot.substeps(m)
-    worlds = NativeWorlds(m, 1, nsub, nthread=1)
-    state = np.zeros((1, mujoco.mj_stateSize(m, FULL)))
-    mujoco.mj_getState(m, d, state[0], FULL)
-    worlds.set_state(state, fidelity.placement_mocap(scene, task, env)[None])
-    st = control.reset_state(rm.chain, jnp.asarray(env.robots[0].controller.initial_joint))
-    static, ctrl = control.userdata_static(rm), np.zeros((1, nsub, m.nu))
-    action = np.array([0, 0, 0, 0, 0, 0, -1.0])
     ours, libero = [], []
-    for _ in range(steps):
-        q = worlds.qpos()[0]
-        p, r = robot.fk(rm.chain, jnp.asarray(q[rm.arm_qpos]))
-        g, ud, _, st = control.command(static, rm.gripper_ctrlrange, st, p, r, jnp.asarray(action), nsub)
-        ctrl[0][:, rm.gripper_act] = np.asarray(g)
-        worlds.step(ctrl, np.asarray(ud)[None])
-        env.step(action)
-        mujoco.mj_setState(m, d, worlds.state[0], FULL)
-        mujoco.mj_kinematics(m, d)
+    for d, ld in fidelity.play_both(scene, task, env, np.tile([0, 0, 0, 0, 0, 0, -1.0], (steps, 1))):
         ours.append([round(float(d.xpos[m.body(b).id][2]), 4) for b in bodies])
         libero.append([round(float(ld.xpos[lm.body(b).id][2]), 4) for b in bodies])
-    worlds.close()
     env.close()
     return {"bodies": bodies, "ours": ours, "libero": libero,
             "max_abs_diff": float(np.abs(np.array(ours) - np.array(libero)).max())}

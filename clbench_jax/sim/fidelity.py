@@ -168,11 +168,10 @@ def arm_jacobians(m: mujoco.MjModel, d: mujoco.MjData, rm: robot.RobotModel):
             np.concatenate([jp @ d.qvel, jr @ d.qvel]))
 
 
-def open_loop(scene: Scene, task: TaskSpec, env, actions: np.ndarray, k: int = 0, seed: int = 0
-              ) -> dict[str, np.ndarray]:
-    """Reset LIBERO's environment (numpy seed `seed`), load initial state k, and play `actions` (T, 7) there and
-    on the native backend (same fixture placement, same controller reset joints): per-step max |diff| of the
-    grip site and of every body position, (T,) each."""
+def play_both(scene: Scene, task: TaskSpec, env, actions: np.ndarray, k: int = 0, seed: int = 0):
+    """Reset LIBERO's environment (numpy seed `seed`), load initial state k, and play `actions` (T, 7) there and on
+    the native backend (same fixture placement, same controller reset joints); after each action yield (d, ld):
+    this model's MjData (kinematics computed) and LIBERO's."""
     import jax.numpy as jnp
 
     from clbench_jax.sim.native import FULL, NativeWorlds
@@ -186,28 +185,37 @@ def open_loop(scene: Scene, task: TaskSpec, env, actions: np.ndarray, k: int = 0
     worlds = NativeWorlds(m, 1, nsub, nthread=1)
     state = np.zeros((1, mujoco.mj_stateSize(m, FULL)))
     mujoco.mj_getState(m, d, state[0], FULL)
-    mocap = placement_mocap(scene, task, env)[None]
-    worlds.set_state(state, mocap)
+    worlds.set_state(state, placement_mocap(scene, task, env)[None])
     chain = rm.chain
     st = control.reset_state(chain, jnp.asarray(env.robots[0].controller.initial_joint))
     static = control.userdata_static(rm)
     ctrl = np.zeros((1, nsub, m.nu))
-    hand, bodies = [], []
+    try:
+        for a in np.asarray(actions, float):
+            q = worlds.qpos()[0]
+            p, r = robot.fk(chain, jnp.asarray(q[rm.arm_qpos]))
+            g, ud, _, st = control.command(static, rm.gripper_ctrlrange, st, p, r, jnp.asarray(a), nsub)
+            ctrl[0][:, rm.gripper_act] = np.asarray(g)
+            worlds.step(ctrl, np.asarray(ud)[None])
+            env.step(a)
+            mujoco.mj_setState(m, d, worlds.state[0], FULL)
+            mujoco.mj_kinematics(m, d)
+            mujoco.mj_kinematics(lm, ld)
+            yield d, ld
+    finally:
+        worlds.close()
+
+
+def open_loop(scene: Scene, task: TaskSpec, env, actions: np.ndarray, k: int = 0, seed: int = 0
+              ) -> dict[str, np.ndarray]:
+    """`play_both`: per-step max |diff| of the grip site and of every body position, (T,) each."""
+    m, lm = scene.model, env.sim.model._model
     site_l = lm.site(robot.GRIP_SITE).id
-    for a in np.asarray(actions, float):
-        q = worlds.qpos()[0]
-        p, r = robot.fk(chain, jnp.asarray(q[rm.arm_qpos]))
-        g, ud, _, st = control.command(static, rm.gripper_ctrlrange, st, p, r, jnp.asarray(a), nsub)
-        ctrl[0][:, rm.gripper_act] = np.asarray(g)
-        worlds.step(ctrl, np.asarray(ud)[None])
-        env.step(a)
-        mujoco.mj_setState(m, d, worlds.state[0], FULL)
-        mujoco.mj_kinematics(m, d)
-        mujoco.mj_kinematics(lm, ld)
-        hand.append(float(np.abs(d.site_xpos[rm.grip_site] - ld.site_xpos[site_l]).max()))
+    hand, bodies = [], []
+    for d, ld in play_both(scene, task, env, actions, k, seed):
+        hand.append(float(np.abs(d.site_xpos[scene.robot.grip_site] - ld.site_xpos[site_l]).max()))
         bodies.append(max(float(np.abs(d.xpos[m.body(lm.body(b).name).id] - ld.xpos[b]).max())
                           for b in range(1, lm.nbody)))
-    worlds.close()
     return {"hand": np.array(hand), "bodies": np.array(bodies)}
 
 
