@@ -127,3 +127,18 @@ class Timer:
 
     def __exit__(self, *exc):
         self.s = time.perf_counter() - self.t0
+
+
+def scene_jobs(suites, keep=None) -> list:
+    """(suite, scene key, [tasks]) per LIBERO scene of each suite, in task order (libero_spatial / _object / _goal:
+    one scene each; libero_10 / _90: one per LIBERO scene), the tasks `keep(suite, task)` allows (default all)."""
+    from clbench_jax.tasks.suites import suite_tasks
+
+    jobs = []
+    for suite in suites:
+        by: dict[str, list] = {}
+        for t in suite_tasks(suite):
+            if keep is None or keep(suite, t):
+                by.setdefault(t.scene, []).append(t)
+        jobs += [(suite, k, v) for k, v in by.items()]
+    return jobs

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from common import machine, write_json  # noqa: E402
+from common import machine, scene_jobs, write_json  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from clbench_jax import caches  # noqa: E402
@@ -34,21 +34,10 @@ SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero
 LATE = 9  # policy steps after the first one
 
 
-def scene_jobs(suites):
-    """(suite, scene key, tasks) per scene, as benchmarks/oracle_table.py groups them."""
-    jobs = []
-    for suite in suites:
-        by: dict[str, list] = {}
-        for t in suite_tasks(suite):
-            by.setdefault(t.scene if suite in ("libero_10", "libero_90") else suite, []).append(t)
-        jobs += [(suite, k, v) for k, v in by.items()]
-    return jobs
-
-
-def motion(suite, key, tasks, n: int) -> dict:
+def motion(key, tasks, n: int) -> dict:
     """{task: {"moving_first": states moving > SETTLE_MOVE per step at the first policy step, "max_first": m,
     "moving_late": ... LATE steps later}} for the first n official states of each task."""
-    scene = build_scene(scene_tasks(key) if suite in ("libero_10", "libero_90") else suite_tasks(suite))
+    scene = build_scene(scene_tasks(key))
     banks = [make_init_bank(scene, t, n, seed=0) for t in tasks]
     ids = np.concatenate([np.full(n, scene.task_index(t.name)) for t in tasks])
     goals = jax.tree.map(lambda x: np.asarray(x)[ids][:, None], rollout.task_stack(scene).goal)
@@ -81,7 +70,7 @@ def libero_side_by_side(name: str, steps: int = 8) -> dict:
     from clbench_jax.sim import fidelity
 
     task = next(t for s in SUITES for t in suite_tasks(s) if t.name == name)
-    scene = build_scene(scene_tasks(task.scene) if task.suite in ("libero_10", "libero_90") else suite_tasks(task.suite))
+    scene = build_scene(scene_tasks(task.scene))
     m = scene.model
     env = fidelity.libero_env(task)
     lm = env.sim.model._model
@@ -108,7 +97,7 @@ def main(argv=None) -> None:
     result = {"benchmark": "initial_motion", "machine": machine(), "n": a.n, "threshold_m_per_step": SETTLE_MOVE,
               "warmup": WARMUP, "late_step": LATE, "suites": {}}
     for suite, key, tasks in tqdm(jobs, desc="scenes"):
-        result["suites"].setdefault(suite, {}).update(motion(suite, key, tasks, a.n))
+        result["suites"].setdefault(suite, {}).update(motion(key, tasks, a.n))
     result["libero"] = {name: libero_side_by_side(name) for name in a.libero}
     moving = {s: sorted(k for k, r in rows.items() if r["moving_first"]) for s, rows in result["suites"].items()}
     result["tasks_moving_first"] = moving

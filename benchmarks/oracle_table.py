@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from common import add_profile_arg, maybe_profile, write_json  # noqa: E402
+from common import add_profile_arg, maybe_profile, scene_jobs, write_json  # noqa: E402
 
 from clbench_jax import caches  # noqa: E402
 from clbench_jax.data.oracle import oracle_success  # noqa: E402
@@ -83,17 +83,11 @@ def run(a) -> None:
                                  for s, rows in old.get("suites", {}).items()}
             t0 -= old.get("seconds", 0.0)  # total time over all sessions
     suites = [s for s in a.suites.split(",") if s]
-    jobs = []  # (suite, scene key, [tasks]) -- one scene and one batch each
-    for suite in suites:
-        by_scene: dict[str, list] = {}
-        for t in suite_tasks(suite):
-            if t.name not in results["suites"].get(suite, {}):
-                # libero_spatial / _object / _goal: one scene for the suite; libero_10 / _90: one per LIBERO scene
-                by_scene.setdefault(t.scene if suite in ("libero_10", "libero_90") else suite, []).append(t)
-        jobs += [(suite, k, v) for k, v in by_scene.items()]
+    done = results["suites"]
+    jobs = scene_jobs(suites, keep=lambda s, t: t.name not in done.get(s, {}))  # one scene and one batch each
     bar = tqdm(total=sum(len(v) for _, _, v in jobs), desc="oracle tasks")
     for suite, key, tasks in jobs:
-        scene = build_scene(scene_tasks(key) if suite in ("libero_10", "libero_90") else suite_tasks(suite))
+        scene = build_scene(scene_tasks(key))
         res = oracle_success(scene, tasks, n_of.get(suite, a.n), seed=a.seed, horizon=a.horizon)
         del scene
         caches.release()  # one scene at a time: compiled code and scenes would otherwise pile up (~14 GB)

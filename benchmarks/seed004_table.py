@@ -13,6 +13,7 @@ over the run's seeds.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -61,8 +62,6 @@ def arm_rows(folders: list[str]) -> dict:
 
 def _training(run_dir: str) -> dict:
     """A run folder's training budget and success curve (its train/<method>_s<seed>/metrics.json)."""
-    import glob
-
     (path,) = glob.glob(os.path.join(run_dir, "train", "*", "metrics.json"))
     with open(path) as f:
         doc = json.load(f)
