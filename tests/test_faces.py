@@ -133,34 +133,46 @@ def test_report_reads_the_battery_against_floors_and_baselines(tmp_path):
 
 
 def test_floors_run_the_battery_for_real(tmp_path):
-    """Two libero_goal tasks, their original instruction, a paraphrase and occ, 2 rollouts of 15 steps: the
-    do-nothing floor never moves; the random-motion floor moves at once; neither reads the instruction, so every
-    variant of a task gets the same episodes."""
+    """Two libero_goal tasks, their original instruction, a paraphrase, occ, a contrast and a collision, 2 rollouts of
+    15 steps: the do-nothing floor never moves; the random-motion floor moves at once. Floors read no instruction, so
+    a floor runs one variant per stop class and copies its episodes to the others: the file is row for row what a
+    run of every variant writes."""
+    from dataclasses import replace
+
     from clbench_jax.eval import grid as G
-    from clbench_jax.eval.floors import FLOORS, floor_episode_files, run_floors
+    from clbench_jax.eval.floors import FLOORS, FloorPolicy, floor_episode_files, floor_fn, run_floors
     from clbench_jax.tasks.suites import suite_tasks
 
     tasks = tuple(suite_tasks("libero_goal")[:2])
     variants = tuple((G.original_variant(t), G.Variant(f"{t.name}/p", "paraphrase", "say it otherwise",
-                                                       G.original_variant(t).goal), G.occ_variant(t))
-                     for t in tasks)
+                                                       G.original_variant(t).goal), G.occ_variant(t),
+                      G.Variant(f"{t.name}/c", "contrast", "do the other task", G.original_variant(tasks[1 - j]).goal),
+                      G.Variant(f"{t.name}/x", "collision", "shake it", None))
+                     for j, t in enumerate(tasks))
     spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=2, horizon=15, chunk=6, obs="rgb",
                       final_only=("occ",))
     files = run_floors(spec, tmp_path / "floors", FLOORS, progress=False)
     assert floor_episode_files(tmp_path) == files and set(files) == set(FLOORS)
     still, _ = episodes.read_columns(files["do-nothing"])
     moving, meta = episodes.read_columns(files["random-motion"])
-    assert len(still["method"]) == len(moving["method"]) == 2 * 3 * 2 and (still["status"] == "ok").all()
+    assert len(still["method"]) == len(moving["method"]) == 2 * 5 * 2 and (still["status"] == "ok").all()
     assert set(still["method"]) == {"do-nothing"} and (still["stage"] == 1).all()
     # zero actions: robosuite's OSC holds the hand within ~1.5 mm of where it settles (as in LIBERO), far under 1 cm
     assert not still["action_initiated"].any() and (still["ee_disp_max"] < 3e-3).all()
     assert moving["action_initiated"].all()
     assert meta["spec"]["obs"] == "state"  # floors look at nothing: no rendering for an RGB run's floors
-    for j in (0, 1):  # the same episodes under every variant of a task
-        m = moving["task"] == j
-        per = [moving["ee_disp_max"][m & (moving["variant"] == v.id)] for v in variants[j]]
-        for x in per[1:]:
-            np.testing.assert_array_equal(x, per[0])
+    assert len(episodes.read_columns(tmp_path / "floors" / "random-motion" / "shared" / "episodes.h5")[0]["task"]) \
+        == 2 * 2 * 2  # two variants per task ran
+    # the copies against every variant run
+    ref = G.run_grid(replace(spec, obs="state"), [G.Checkpoint("random-motion", 0, 1, lambda j: {"floor": np.zeros(1)})],
+                     FloorPolicy("random-motion"), tmp_path / "every", embeddings=[np.zeros((5, 384))] * 2,
+                     progress=False, policy_fn=floor_fn("random-motion"))
+    order = lambda c: np.lexsort((c["rollout"], c["variant"], c["task"]))  # noqa: E731
+    a, b = order(moving), order(ref)
+    assert set(moving) == set(ref)
+    for k in ref:
+        np.testing.assert_array_equal(moving[k][a], ref[k][b], err_msg=k)
+    assert (moving["target"][moving["condition"] == "contrast"] == 1).all()
 
 
 def test_every_table_has_the_floor_rows(tmp_path):

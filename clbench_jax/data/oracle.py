@@ -439,6 +439,8 @@ DROP = 0.015  # objects are released this far above their resting height
 TRANSIT_CLEAR = 0.04  # carried objects pass this far above what is near their path
 REACH_LOW = 0.76  # the hand reaches no farther than this from the robot's base at table height (m, in xy)
 REACH_HIGH = 0.78  # ... and at a drawer handle's height, pointing horizontally
+REACH_GRASP = 0.75  # grasps farther than this from the base (in xy) are scored down by GRASP_REACH_COST per metre
+GRASP_REACH_COST = 50.0  # (a 90 degree wrist turn weighs as much as 3 cm of extra reach)
 DRAWER_APPROACH = 0.12  # a drawer's handle is approached from this far in front
 Z_REACH = 0.45  # the hand stays below the robot base + this (the arm's reach at the far side of the table)
 SETTLE = 5  # the oracle idles its first steps (LIBERO's warm-up: objects settle)
@@ -664,7 +666,11 @@ def make_oracle(scene: Scene, noise: bool = True):
         best = jnp.argmax(sc_)
         new_pdir = ang0 + turns[best // psi_offs.shape[0]]
         new_psi = psi_offs[best % psi_offs.shape[0]]
-        cscore = -1.0 * jnp.abs(th_k - THETA_REF) - 3.0 * hits - 0.1 * jnp.arange(NCAND)
+        # far out, the grasp nearest the base: at KITCHEN_SCENE2's far bowl the side of the rim (0.79 m out) left the
+        # elbow straight at its limit after the descent, and the OSC then could not bring the hand in
+        over = jnp.maximum(jnp.linalg.norm(gp_k[:, :2] - base[:2], axis=1) - REACH_GRASP, 0.0)
+        cscore = (-1.0 * jnp.abs(th_k - THETA_REF) - 3.0 * hits - GRASP_REACH_COST * over
+                  - 0.1 * jnp.arange(NCAND))
         new_cand = jnp.argmax(jnp.where(T["cmask"][a_ent], cscore, -1e9))
         # an object to put into a drawer that stands where the opened drawer will be (or so near it that every grasp
         # reaches over the opened drawer) is first moved away along the pull (libero_goal: the bowl 1-5 cm from where

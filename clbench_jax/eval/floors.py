@@ -5,8 +5,16 @@ A floor is a policy-shaped stand-in the grid runs like a final checkpoint (stage
 and face of the run): `FloorPolicy` gives the grid observation keys and a one-number parameter tree, and `floor_fn` is the rollout policy that acts -- sim/rollout.py's `zero_policy` (hold still, gripper
 open: LIBERO's dummy action) or `random_policy` (uniform actions in [-1, 1], a new one every step). Floors read
 neither the instruction nor the observations. Their initial states and noise keys come from (grid seed, task,
-rollout) like every method's, so they meet the same paired starts. Each floor is its own grid folder,
-RUN/floors/<floor>/, resumable like the main grid.
+rollout) like every method's, so they meet the same paired starts.
+
+So a floor's episode of a task is the same under every variant that stops at the same goal: all variants under
+the original goal (original, paraphrase, occ, nonsense: they stop when it holds) share one set of episodes, all that
+run to the horizon (contrast, collision, probe, swap) another, and every episode records every goal column of its
+task. A floor therefore runs two variants per task -- the original and the first that runs to the horizon -- and
+its episode file gives every other variant a copy of its class's episodes under its own name and goal column:
+the rows a run of every variant would write, at a twelfth of the cost with libero_goal's 12 variants per task
+(tests/test_faces.py checks the copies against such a run). The grid of each floor is RUN/floors/<floor>/shared/,
+resumable like the main grid; RUN/floors/<floor>/episodes.h5 is written when it is done.
 """
 
 from __future__ import annotations
@@ -61,16 +69,35 @@ def run_floors(spec, out_dir, floors, *, n_devices: int | None = None, progress:
     {floor: its episode file}."""
     from clbench_jax.eval.grid import Checkpoint, run_grid
 
+    from clbench_jax.eval import episodes
+    from clbench_jax.eval.grid import STOP_AT_GOAL, evaluated, variant_columns
+
     out = {}
     # Floors read neither instruction nor observations: state observations (no rendering) give the same episodes.
     spec = replace(spec, obs="state")
+    final = len(spec.tasks) - 1
+    # per task: each evaluated variant -> the variant whose episodes it shares (its stop class's first)
+    shares = []
+    for j, vs in enumerate(spec.variants):
+        first: dict[bool, int] = {}
+        shares.append({i: first.setdefault(vs[i].condition in STOP_AT_GOAL, i) for i in evaluated(spec, j, final)})
+    run_spec = replace(spec, only=tuple(sorted({spec.variants[j][i].id for j, sh in enumerate(shares)
+                                                for i in sh.values()})))
     zeros = [np.zeros((len(vs), 384), np.float32) for vs in spec.variants]
     for kind in check_floors(floors):
-        ck = Checkpoint(kind, spec.seed, len(spec.tasks) - 1, lambda j: {"floor": np.zeros(1, np.float32)})
+        ck = Checkpoint(kind, spec.seed, final, lambda j: {"floor": np.zeros(1, np.float32)})
         folder = Path(out_dir) / kind
-        run_grid(spec, [ck], FloorPolicy(kind, "state"), folder, embeddings=zeros, n_devices=n_devices,
-                 progress=progress, on_chunk=on_chunk, policy_fn=floor_fn(kind))
+        run_grid(run_spec, [ck], FloorPolicy(kind, "state"), folder / "shared", embeddings=zeros,
+                 n_devices=n_devices, progress=progress, on_chunk=on_chunk, policy_fn=floor_fn(kind))
+        shared, meta = episodes.read_columns(folder / "shared" / "episodes.h5")
+        rows = []
+        for j, sh in enumerate(shares):
+            for i, rep in sh.items():
+                m = np.flatnonzero((shared["task"] == j) & (shared["variant"] == spec.variants[j][rep].id))
+                m = m[np.argsort(shared["rollout"][m])]
+                rows.append({**{k: v[m] for k, v in shared.items()}, **variant_columns(spec, j, i)})
         out[kind] = folder / "episodes.h5"
+        episodes.write_columns(out[kind], episodes.concat(rows), {**meta, "shared": "floors.run_floors"})
     return out
 
 

@@ -16,7 +16,8 @@ both their own goal and the original are known (Target SR and GSA can differ); c
 the full horizon too.
 
 Which variants a checkpoint meets (`evaluated`): the spec's conditions, at most `max_per_condition` per task and
-condition (file order), and the `final_only` conditions only at the last stage. The goal columns are every
+condition (file order), the `final_only` conditions only at the last stage, and where `only` is given only the
+variants it names. The goal columns are every
 executable goal of the task's variants whether evaluated or not, so G_j is all audited goals.
 
 Work is cut into chunks of `chunk` episodes: whole (cell, variant) groups of `n_rollouts` episodes, one scene per
@@ -92,6 +93,7 @@ class GridSpec:
     conditions: tuple[str, ...] | None = None  # conditions evaluated (None: all the variants have)
     max_per_condition: int | None = None  # at most this many variants per task and condition (file order)
     final_only: tuple[str, ...] = ()  # conditions only the final stage's checkpoints meet
+    only: tuple[str, ...] | None = None  # variant ids evaluated (None: every one the fields above allow)
 
     @property
     def loop(self) -> bool:
@@ -195,6 +197,8 @@ def evaluated(spec: GridSpec, j: int, stage: int) -> list[int]:
         if spec.max_per_condition is not None and count[v.condition] > spec.max_per_condition:
             continue
         if v.condition in spec.final_only and not final:
+            continue
+        if spec.only is not None and v.id not in spec.only:
             continue
         out.append(i)
     return out
@@ -725,17 +729,9 @@ class _Runner:
         from clbench_jax.sim.rollout import FAIL_REASONS
 
         R, K = self.spec.n_rollouts, self.k
-        ck, vs = self.checkpoints[g.ck], self.spec.variants[g.task]
-        v, task = vs[g.variant], self.spec.tasks[g.task]
-        cols = {"method": [ck.method] * R, "seed": [ck.seed] * R, "stage": [ck.stage] * R, "task": [g.task] * R,
-                "task_name": [task.name] * R, "variant": [v.id] * R,
-                "condition": [v.condition] * R, "slot": [v.slot] * R, "rollout": np.arange(R),
-                "target": [target_column(vs, v)] * R, "n_goals": [len(goal_columns(vs))] * R,
-                "n_audited": [n_audited(vs)] * R, "kinds": [",".join(v.kinds)] * R, "trivial": [v.trivial] * R,
-                "named_object": [",".join(faces.named_objects(task, v.goal, vs[0].goal))] * R,
-                "original_object": [",".join(faces.manipulated(task, vs[0].goal))] * R}
-        cols = {k: np.asarray(x, np.int32 if k in ("seed", "stage", "task", "rollout", "target", "n_goals",
-                                                   "n_audited") else None) for k, x in cols.items()}
+        ck = self.checkpoints[g.ck]
+        cols = {"method": np.asarray([ck.method] * R), "seed": np.full(R, ck.seed, np.int32),
+                "stage": np.full(R, ck.stage, np.int32), **variant_columns(self.spec, g.task, g.variant)}
         if reason is not None:  # the cell did not run
             cols.update(status=np.full(R, f"failed cell: {reason}"), success=np.zeros((R, K), bool),
                         first_success=np.full((R, K), -1, np.int32), held_at_reset=np.zeros((R, K), bool),
@@ -759,6 +755,22 @@ class _Runner:
         if faces.reach_recorded():
             cols["first_reach_object"] = faces.entity_names(scene, rec.first_reach)
         return cols
+
+
+def variant_columns(spec: GridSpec, j: int, i: int) -> dict[str, np.ndarray]:
+    """The episode columns that name task j's variant i (n_rollouts rows): what it is, its goal column, its objects."""
+    from clbench_jax.eval import faces
+
+    R, vs = spec.n_rollouts, spec.variants[j]
+    v, task = vs[i], spec.tasks[j]
+    cols = {"task": [j] * R, "task_name": [task.name] * R, "variant": [v.id] * R,
+            "condition": [v.condition] * R, "slot": [v.slot] * R, "rollout": np.arange(R),
+            "target": [target_column(vs, v)] * R, "n_goals": [len(goal_columns(vs))] * R,
+            "n_audited": [n_audited(vs)] * R, "kinds": [",".join(v.kinds)] * R, "trivial": [v.trivial] * R,
+            "named_object": [",".join(faces.named_objects(task, v.goal, vs[0].goal))] * R,
+            "original_object": [",".join(faces.manipulated(task, vs[0].goal))] * R}
+    return {k: np.asarray(x, np.int32 if k in ("task", "rollout", "target", "n_goals", "n_audited") else None)
+            for k, x in cols.items()}
 
 
 @lru_cache(maxsize=None)
