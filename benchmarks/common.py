@@ -49,6 +49,19 @@ def machine() -> dict:
     return out
 
 
+def source_commit() -> str | None:
+    """The repository's commit, with "+dirty" when clbench_jax/ differs from it: which code a result row measured
+    (None outside a git checkout)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "clbench_jax"], cwd=root, timeout=10).returncode
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def write_json(path: str | Path, data: dict) -> None:
     """Benchmark results, written atomically (clbench_jax.jsonio)."""
     jsonio.write_json(path, data, indent=2)
