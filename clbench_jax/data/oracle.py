@@ -994,10 +994,11 @@ def _oracle_for(scene: Scene, noise: bool):
 
 
 def run_oracle(scene: Scene, tasks, n_per_task: int, seed: int = 0, horizon: int = 600, goal_atoms=None,
-               noise: bool = True, trace: bool = False, warmup: int = WARMUP):
+               noise: bool = True, trace: bool = False, warmup: int = WARMUP, wrap=None):
     """Run the oracle on `n_per_task` initial states of each task (TaskSpecs of `scene`: LIBERO's official states
     for n <= 50) in one native batch, after LIBERO's `warmup` zero-action steps. `goal_atoms`: None (each task's
-    own goal) or one atom list used for every task. -> (Records, task_ids[, trace])"""
+    own goal) or one atom list used for every task; `wrap(policy) -> policy` (same signature) to watch its state
+    (benchmarks/oracle_trace.py). -> (Records, task_ids[, trace])"""
     from clbench_jax.sim.init_states import make_init_bank
 
     tasks = list(tasks)
@@ -1013,6 +1014,7 @@ def run_oracle(scene: Scene, tasks, n_per_task: int, seed: int = 0, horizon: int
                                  mocap=np.concatenate([b.mocap for b in banks]), keys=keys,
                                  q0=np.concatenate([b.q0 for b in banks]))
     policy, p0 = _oracle_for(scene, noise)
+    policy = wrap(policy) if wrap is not None else policy
     out = rollout.rollout(scene, policy, p0(len(ids)), batch, horizon, backend="native", trace=trace, warmup=warmup)
     return (out + (ids,)) if trace else (out, ids)
 
