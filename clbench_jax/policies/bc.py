@@ -29,6 +29,7 @@ from clbench_jax.policies.gmm import GMMDist, GMMHead, nll_loss
 from clbench_jax.policies.modules import (
     ObjectTokenEncoder,
     ResNetT,
+    proprio_inputs,
     temporal_decoder,
 )
 from clbench_jax.policies.vilt import BCViLTConfig, BCViLTNet
@@ -91,9 +92,7 @@ class BCTransformerNet(nn.Module):
     @nn.compact
     def __call__(self, obs: Mapping[str, jax.Array], lang: jax.Array, train: bool = False) -> GMMDist:
         c = self.cfg
-        joint = obs["joint_states"].astype(jnp.float32)
-        grip = obs["gripper_states"].astype(jnp.float32)
-        lang = lang.astype(jnp.float32)
+        joint, grip, lang = proprio_inputs(obs, lang)
         b, t = joint.shape[:2]
         e = c.embed_dim
         lang_tok = jnp.broadcast_to(nn.Dense(e, name="lang_proj")(lang)[:, None], (b, t, e))
@@ -129,9 +128,7 @@ class BCRNNNet(nn.Module):
     @nn.compact
     def __call__(self, obs: Mapping[str, jax.Array], lang: jax.Array, train: bool = False) -> GMMDist:
         c = self.cfg
-        joint = obs["joint_states"].astype(jnp.float32)
-        grip = obs["gripper_states"].astype(jnp.float32)
-        lang = lang.astype(jnp.float32)
+        joint, grip, lang = proprio_inputs(obs, lang)
         b, t = joint.shape[:2]
         text = jnp.broadcast_to(nn.Dense(c.text_dim, name="lang_proj")(lang)[:, None], (b, t, c.text_dim))
         if c.mode == "rgb":

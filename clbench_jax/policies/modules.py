@@ -163,6 +163,12 @@ class DecoderBlock(nn.Module):
         return x + nn.Dropout(self.dropout)(h, deterministic=not train)
 
 
+def proprio_inputs(obs, lang: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The inputs every policy reads, as float32: (joint_states, gripper_states, language embedding)."""
+    f32 = lambda x: jnp.asarray(x).astype(jnp.float32)  # noqa: E731
+    return f32(obs["joint_states"]), f32(obs["gripper_states"]), f32(lang)
+
+
 def with_hand_offset(tokens: jax.Array, ee_pos: jax.Array) -> jax.Array:
     """tokens (..., E, D) + ee_pos (..., 3) -> (..., E, D + 3): each token's position (its first 3 features) minus
     the end effector's, appended (what an eye-in-hand camera would show)."""

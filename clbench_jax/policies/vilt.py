@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from clbench_jax.policies.gmm import GMMDist, GMMHead
-from clbench_jax.policies.modules import DecoderBlock, PatchEncoder, temporal_decoder, with_hand_offset
+from clbench_jax.policies.modules import DecoderBlock, PatchEncoder, proprio_inputs, temporal_decoder, with_hand_offset
 
 CAMERAS = ("agentview_rgb", "eye_in_hand_rgb")
 
@@ -92,9 +92,7 @@ class BCViLTNet(nn.Module):
     @nn.compact
     def __call__(self, obs: Mapping[str, jax.Array], lang: jax.Array, train: bool = False) -> GMMDist:
         c = self.cfg
-        joint = obs["joint_states"].astype(jnp.float32)
-        grip = obs["gripper_states"].astype(jnp.float32)
-        lang = lang.astype(jnp.float32)
+        joint, grip, lang = proprio_inputs(obs, lang)
         b, t = joint.shape[:2]
         e, d = c.embed_dim, c.temporal_dim
 
