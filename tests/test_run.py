@@ -249,6 +249,23 @@ def test_report_merges_seed_folders(tmp_path):
     assert (tmp_path / "all" / "train" / "seqft_s1").resolve() == (tmp_path / "b" / "train" / "seqft_s1").resolve()
     grid = json.loads((tmp_path / "all" / "grid" / "grid.json").read_text())
     assert grid["fingerprint"] == "merged:fp0,fp1" and len(grid["checkpoints"]) == 4
+    # action-level results travel with the merge (the sources' checkpoints may be gone), or it is refused
+    from clbench_jax.eval import battery
+    from clbench_jax.jsonio import write_json
+
+    def act(folder, key, fp):
+        write_json(folder / battery.FILE, {"format": battery.FORMAT, "version": battery.VERSION, "fingerprint": fp,
+                                           "settings": {}, "runs": {key: {"method": "seqft", "tasks": []}}})
+
+    act(tmp_path / "a", "seqft_s0", "f")
+    act(tmp_path / "b", "seqft_s1", "f")
+    merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
+    assert sorted(battery.read_action_level(tmp_path / "all" / battery.FILE)["runs"]) == ["seqft_s0", "seqft_s1"]
+    act(tmp_path / "b", "seqft_s1", "g")
+    with pytest.raises(ClbenchError, match="action-level settings differ") as e:
+        merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "b"])
+    assert "b/action_level.json" in str(e.value) and not (tmp_path / "x").exists()
+    (tmp_path / "b" / battery.FILE).unlink()
     with pytest.raises(ClbenchError, match="seqft seed 0 is also in") as e:
         merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "a"])
     assert "a/grid/episodes.h5" in str(e.value)

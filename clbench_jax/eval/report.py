@@ -102,11 +102,12 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     The grids must agree on tasks, the variants' goal columns and the grid settings, and the folders' config.yaml
     on everything but methods and seeds. out_dir gets grid/episodes.h5 (the sources' episodes, concatenated),
     config.yaml (methods and seeds united), train/ links to the sources' runs, the floors of the first source that
-    has each (they depend only on the grid), and a grid.json whose fingerprint names the sources, so `clbench run`
-    there refuses to start a new grid over the merged one."""
+    has each (they depend only on the grid), the sources' action-level results united (so runs whose checkpoints
+    are gone keep theirs), and a grid.json whose fingerprint names the sources, so `clbench run` there refuses to
+    start a new grid over the merged one."""
     import yaml
 
-    from clbench_jax.eval import episodes
+    from clbench_jax.eval import battery, episodes
 
     out = Path(out_dir)
     parts, metas, configs, owner = [], [], [], {}  # owner: (method, seed) -> source folder
@@ -131,6 +132,11 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
         if c is not None and configs[0][1] is not None and strip(c) != strip(configs[0][1]):
             raise ClbenchError(f"its run config differs from {configs[0][0]} (beyond methods and seeds)",
                                file=str(cfg))
+    acts = [(p, battery.read_action_level(p)) for p in (src / battery.FILE for src in map(Path, sources)) if p.exists()]
+    for p, d in acts[1:]:
+        if d["fingerprint"] != acts[0][1]["fingerprint"]:
+            raise ClbenchError(f"its action-level settings differ from {acts[0][0]} (other demos or variants); "
+                               "move one of the two files away to merge without it", file=str(p), field="settings")
     (out / "grid").mkdir(parents=True, exist_ok=True)
     for (m, s), src in owner.items():
         run = (src / "train" / f"{m}_s{s}").resolve()
@@ -151,6 +157,8 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
         write_text(out / "config.yaml", yaml.safe_dump(merged, sort_keys=False))
     from clbench_jax.eval.floors import floor_episode_files
 
+    if acts:
+        write_json(out / battery.FILE, dict(acts[0][1], runs={k: v for _, d in acts for k, v in d["runs"].items()}))
     for src in map(Path, reversed(sources)):  # the first source that has a floor wins
         for kind, path in floor_episode_files(src).items():
             cols, meta = episodes.read_columns(path)

@@ -420,6 +420,8 @@ def action_level_phase(run_dir, *, n_windows: int | None = None, batch_size: int
     if absent:
         log(f"action level: no final checkpoint for {', '.join(absent)}")
     if not cks:
+        if out.exists():  # e.g. a merged folder whose sources' checkpoints are gone
+            return battery.read_action_level(out), f"no final checkpoint under train/; using the existing {battery.FILE}"
         return None, "no final checkpoint under train/"
     policy = make_policy(first)
     doc = battery.compute_action_level(
