@@ -258,6 +258,7 @@ def test_action_level_file_for_a_tiny_policy(tiny, tmp_path):
     s = battery.summary(doc)
     assert s["er"]["paraphrase"]["ad"]["mean"] == pytest.approx(c["paraphrase"]["ad"])
     assert s["er"]["contrast"]["lm"]["mean"] == pytest.approx(er[1]["conditions"]["contrast"]["lm"])
+    assert s["er"]["paraphrase"]["seeds"] == [0] and s["ewc"]["contrast"]["seeds"] == [0]
 
     # cached: a matching file is reused without loading anything
     assert _compute(tiny, out, [_boom, _boom], embed=_boom) == doc
@@ -335,7 +336,7 @@ def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):
     assert s == pytest.approx(np.mean([c["collision"]["ad"] for c in got]))
     assert [r["ad"] for r in doc["table3"]["rows"]] == pytest.approx([c["collision"]["ad"] for c in got])
     md = (tmp_path / "report.md").read_text()
-    assert f"| seqft | collision | {s:.3f} ± 0.000 |" in md
+    assert f"| seqft | collision | 0 | {s:.3f} ± 0.000 |" in md
     before = (tmp_path / "action_level.json").stat().st_mtime_ns
     assert report(tmp_path, log=lambda m: None)["action_level"] == doc["action_level"]
     assert (tmp_path / "action_level.json").stat().st_mtime_ns == before

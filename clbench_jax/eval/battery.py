@@ -165,7 +165,8 @@ def compute_action_level(out_path, checkpoints, policy, tasks: Sequence[str], va
 
 # ------------------------------------------------------------------------------------------- summaries
 def summary(doc: dict | None) -> dict:
-    """{method: {condition: {ad, lm: mean / std across seeds}}}: per seed, tasks averaged equally."""
+    """{method: {condition: {ad, lm: mean / std across seeds; seeds: the seeds they average}}}: per seed, tasks
+    averaged equally. A merged folder's file may hold fewer seeds of a method than its grid (checkpoints gone)."""
     from clbench_jax.eval.aggregate import mean_std
 
     if not doc:
@@ -178,9 +179,12 @@ def summary(doc: dict | None) -> dict:
                 for k in ("ad", "lm"):
                     conds[c][k].append(v[k])
         for c, d in conds.items():
+            cell = per.setdefault(r["method"], {}).setdefault(c, {"seeds": []})
+            cell["seeds"].append(r["seed"])
             for k, vs in d.items():
-                per.setdefault(r["method"], {}).setdefault(c, {}).setdefault(k, []).append(float(np.mean(vs)))
-    return {m: {c: {k: mean_std(v) for k, v in d.items()} for c, d in sorted(cs.items())} for m, cs in per.items()}
+                cell.setdefault(k, []).append(float(np.mean(vs)))
+    return {m: {c: {k: v if k == "seeds" else mean_std(v) for k, v in d.items()} for c, d in sorted(cs.items())}
+            for m, cs in per.items()}
 
 
 def ran_episodes(cols: dict) -> np.ndarray:

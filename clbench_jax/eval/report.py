@@ -514,9 +514,9 @@ def battery_sections(run_dir: Path, doc: dict) -> list[str]:
                   "(0..1); LM: log p(a* | o, original) − log p(a* | o, perturbed) of the expert action (nats; > 0: "
                   "the expert action is likelier under the original). Variants equally within a task, tasks "
                   "equally, mean ± std across seeds." + (f" Note: {note}." if note else ""), "",
-                  "| method | condition | AD | LM |", "|---|---|---|---|"]
-        lines += [f"| {m} | {c} | {_num(v.get('ad'))} | {_num(v.get('lm'))} |" for m, cs in act.items()
-                  for c, v in cs.items()]
+                  "| method | condition | seeds | AD | LM |", "|---|---|---|---|---|"]
+        lines += [f"| {m} | {c} | {', '.join(map(str, v['seeds']))} | {_num(v.get('ad'))} | {_num(v.get('lm'))} |"
+                  for m, cs in act.items() for c, v in cs.items()]
     else:
         lines.append(f"Not computed: {note}.")
     t3 = doc["table3"]

@@ -408,6 +408,8 @@ def action_level_phase(run_dir, *, n_windows: int | None = None, batch_size: int
     for m in cfg.methods:
         for s in cfg.seeds:
             tdir = run_dir / "train" / f"{m}_s{s}"
+            if not tdir.exists():  # a merged folder's methods x seeds holds runs none of its sources made
+                continue
             stages = finished_stages(tdir)
             last = [c for c in (stage_checkpoints(tdir, train_config(cfg, m, s), len(tasks), m) if stages else [])
                     if c.stage == len(tasks) - 1]
