@@ -1,0 +1,80 @@
+"""Rebuild the cross-seed report of the libero_goal battery from the files committed per method and seed.
+
+    python benchmarks/evidence_merge.py                      # -> runs/evidence_merge/merged/{report.md, metrics.json, *.png}
+    python benchmarks/evidence_merge.py --write              # and copy them over docs/results/evidence_libero_goal_final/
+
+Each `clbench run` folder of the battery (configs/evidence_libero_goal_final.yaml) is committed as
+docs/results/evidence_libero_goal_final/s<seed>/<method>/{config.yaml, episodes.h5, train_metrics.json,
+action_level.json}, the floors' episodes as s0/floors/<floor>.h5. The checkpoints are not committed, so this puts
+each back into a run folder's layout, merges them as `clbench report --merge` does, and reports the merge (the
+action-level numbers come from the committed action_level.json files). tests/test_committed_results.py runs it and
+checks that the committed metrics.json is what it makes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIDENCE = ROOT / "docs" / "results" / "evidence_libero_goal_final"
+CONFIG = ROOT / "configs" / "evidence_libero_goal_final.yaml"
+OUTPUTS = ("report.md", "metrics.json", "action_level.json")
+
+
+def rebuild_sources(evidence: Path, work: Path) -> list[Path]:
+    """Run folders under `work`, one per committed (seed, method), in the battery config's method order (the
+    report's row order), the first one holding the floors."""
+    import yaml
+
+    order = yaml.safe_load(CONFIG.read_text())["methods"]
+    found = [p for p in evidence.glob("s[0-9]*/*") if (p / "episodes.h5").exists()]
+    sources = []
+    for src in sorted(found, key=lambda p: (order.index(p.name) if p.name in order else len(order), p.parent.name)):
+        seed = src.parent.name
+        dst, train = work / seed / src.name, f"{src.name}_{seed}"
+        shutil.rmtree(dst, ignore_errors=True)
+        (dst / "grid").mkdir(parents=True)
+        (dst / "train" / train).mkdir(parents=True)
+        shutil.copy(src / "config.yaml", dst / "config.yaml")
+        shutil.copy(src / "episodes.h5", dst / "grid" / "episodes.h5")
+        shutil.copy(src / "train_metrics.json", dst / "train" / train / "metrics.json")
+        if (src / "action_level.json").exists():
+            shutil.copy(src / "action_level.json", dst / "action_level.json")
+        sources.append(dst)
+    if not sources:
+        raise SystemExit(f"no committed run folders (s<seed>/<method>/episodes.h5) under {evidence}")
+    for h5 in sorted((evidence / "s0" / "floors").glob("*.h5")):
+        (sources[0] / "floors" / h5.stem).mkdir(parents=True)
+        shutil.copy(h5, sources[0] / "floors" / h5.stem / "episodes.h5")
+    return sources
+
+
+def main(argv=None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--evidence", type=Path, default=EVIDENCE, help="the committed folders (default: %(default)s)")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "evidence_merge",
+                    help="where the run folders and the merge are rebuilt (default: %(default)s)")
+    ap.add_argument("--write", action="store_true", help="copy report.md, metrics.json and the plots to --evidence")
+    a = ap.parse_args(argv)
+
+    from clbench_jax.eval.report import merge_runs
+    from clbench_jax.eval.run import report
+
+    sources = rebuild_sources(a.evidence, a.work)
+    out = a.work / "merged"
+    shutil.rmtree(out, ignore_errors=True)
+    merge_runs(out, sources)
+    report(out)
+    print(f"merged {len(sources)} run folders into {out}: "
+          + ", ".join(f"{s.parent.name}/{s.name}" for s in sources))
+    if a.write:
+        for f in [*OUTPUTS, *sorted(p.name for p in out.glob("*.png"))]:
+            shutil.copy(out / f, a.evidence / f)
+        print(f"wrote them to {a.evidence}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
