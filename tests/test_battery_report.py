@@ -141,7 +141,7 @@ def test_report_per_slot_achieved_goals_gap_figures_and_skip_reason(tmp_path):
     assert saved["language"]["seqft"]["contrast_per_slot"]["target"]["gsa"]["mean"] == 0.0
     md = (tmp_path / "report.md").read_text()
     assert "| seqft | n/a | 75.0 / 50.0 / 25.0 | n/a | 50.0 / 0.0 / 100.0 | n/a |" in md
-    assert "| seqft | 25.0 ± 0.0 | 0.0 ± 0.0 | 25.0 ± 0.0 | 50.0 ± 0.0 | 75.0 ± 0.0 | n/a | n/a |" in md
+    assert "| seqft | 25.0 ± 0.0 | 0.0 ± 0.0 | 25.0 ± 0.0 | 50.0 ± 0.0 | 75.0 ± 0.0 | n/a | n/a | n/a |" in md
     assert "Not computed: no action_level.json in the run folder." in md
     for png in ("fig3_contrast_slots.png", "fig4_collisions.png", "fig6_paraphrase_gaps.png"):
         assert f"]({png})" in md and (tmp_path / png).stat().st_size > 1000
@@ -337,6 +337,8 @@ def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):
     assert [r["ad"] for r in doc["table3"]["rows"]] == pytest.approx([c["collision"]["ad"] for c in got])
     md = (tmp_path / "report.md").read_text()
     assert f"| seqft | collision | 0 | {s:.3f} ± 0.000 |" in md
+    fig4 = md.split("### Collision behaviour")[1].split("###")[0].splitlines()  # AD / LM there name their seeds
+    assert any(r.startswith("| seqft |") and f"| {s:.3f} ± 0.000 |" in r and r.endswith("| 0 |") for r in fig4)
     before = (tmp_path / "action_level.json").stat().st_mtime_ns
     assert report(tmp_path, log=lambda m: None)["action_level"] == doc["action_level"]
     assert (tmp_path / "action_level.json").stat().st_mtime_ns == before

@@ -494,13 +494,15 @@ def battery_sections(run_dir: Path, doc: dict) -> list[str]:
     if ach:
         lines += ["", "### Collision behaviour (Figure 4)", "",
                   "Achieved-goal distribution of the final checkpoint's collision rollouts (newly reached audited "
-                  "goals), AIR, and the action-level metrics under the collision instructions.", "",
-                  "| method | " + " | ".join(ACHIEVED) + " | AIR | AD | LM |", "|---|" + "---|" * (len(ACHIEVED) + 3)]
+                  "goals), AIR, and the action-level metrics under the collision instructions (their seeds "
+                  "named: a merged folder can hold them for fewer seeds than its rollouts).", "",
+                  "| method | " + " | ".join(ACHIEVED) + " | AIR | AD | LM | AD / LM seeds |",
+                  "|---|" + "---|" * (len(ACHIEVED) + 4)]
         for m, d in ach.items():
             a = act.get(m, {}).get("collision", {})
             lines.append(f"| {m} | " + " | ".join(_pm(d.get(k)) for k in ACHIEVED) + " | "
                          + f"{_pm(lang[m].get('collision', {}).get('air'))} | {_num(a.get('ad'))} | "
-                         f"{_num(a.get('lm'))} |")
+                         f"{_num(a.get('lm'))} | {', '.join(map(str, a.get('seeds', []))) or 'n/a'} |")
         plot_collisions(ach, {m: r.get("collision", {}) for m, r in lang.items()}, act,
                         str(run_dir / "fig4_collisions.png"))
         lines += ["", "![Figure 4: collision behaviour](fig4_collisions.png)"]
