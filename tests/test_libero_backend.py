@@ -15,7 +15,7 @@ import pytest
 
 from clbench_jax.paths import init_states_path
 from clbench_jax.sim import entities, libero_backend, rollout
-from clbench_jax.sim.init_states import make_init_bank, map_libero_states
+from clbench_jax.sim.init_states import libero_state_index, make_init_bank, map_libero_states
 from clbench_jax.sim.native import FULL
 from clbench_jax.sim.scene import build_scene
 from clbench_jax.tasks.suites import suite_tasks
@@ -48,10 +48,11 @@ def _open_middle_drawer(scene, batch, row):
     batch.state[row, 1 + adr] = q
 
 
-def test_joint_index_inverts_the_init_state_mapping(goal_scene):
-    """LIBERO's flattened state -> ours (init_states.map_libero_states) and back (joint_index) is the identity."""
+def test_state_index_inverts_the_init_state_mapping(goal_scene):
+    """LIBERO's flattened state -> our full physics state (map_libero_states, in MuJoCo's full-state layout)
+    and back through the index the libero backend reads its workers' states with is the identity."""
     task = goal_scene.tasks[BOWL_ON_PLATE]
-    src, dst, n = libero_backend.joint_index(goal_scene, task)
+    src, dst, n = libero_state_index(goal_scene, task)
     raw = np.load(init_states_path(task.suite, task.name))["states"]
     assert raw.shape[1] == n and len(set(dst)) == len(dst) == n
     ours = map_libero_states(goal_scene, task, raw[:3], file="x")

@@ -62,34 +62,43 @@ def libero_states(scene: Scene, task: TaskSpec) -> np.ndarray:
     return map_libero_states(scene, task, raw, file=str(path))
 
 
+def libero_state_index(scene: Scene, task: TaskSpec) -> tuple[np.ndarray, np.ndarray, int]:
+    """Where LIBERO's flattened state of `task` (time, qpos, qvel: robosuite's MjSimState) sits in the scene's
+    (time, qpos, qvel): (positions in LIBERO's vector, positions in ours, LIBERO's length), joint by joint by name."""
+    m = scene.model
+    widths = {mujoco.mjtJoint.mjJNT_FREE: (7, 6), mujoco.mjtJoint.mjJNT_BALL: (4, 3)}
+    qs, qd, vs, vd = [], [], [], []
+    q_at = v_at = 0
+    for name in scene.task_source(task).joint_names:
+        j = m.joint(name)
+        nq, nv = widths.get(int(m.jnt_type[j.id]), (1, 1))
+        qs += range(q_at, q_at + nq)
+        vs += range(v_at, v_at + nv)
+        qd += range(j.qposadr[0], j.qposadr[0] + nq)
+        vd += range(j.dofadr[0], j.dofadr[0] + nv)
+        q_at, v_at = q_at + nq, v_at + nv
+    src = np.array([0] + [1 + i for i in qs] + [1 + q_at + i for i in vs])
+    dst = np.array([0] + [1 + i for i in qd] + [1 + m.nq + i for i in vd])
+    return src, dst, 1 + q_at + v_at
+
+
 def map_libero_states(scene: Scene, task: TaskSpec, raw: np.ndarray, file: str) -> np.ndarray:
     """States of LIBERO's model of `task` (n, 1 + nq + nv: time, qpos, qvel; robosuite's flattened MjSimState)
     -> full physics states (n, nstate) of the scene's model, joint by joint by name; objects the task lacks
     parked. A shape that does not fit LIBERO's model of the task raises DataFileError naming `file`."""
-    m, src = scene.model, scene.task_source(task)
-    widths = {mujoco.mjtJoint.mjJNT_FREE: (7, 6), mujoco.mjtJoint.mjJNT_BALL: (4, 3)}
-    qsrc, vsrc, qdst, vdst = [], [], [], []
-    q_at = v_at = 0
-    for name in src.joint_names:
-        j = m.joint(name)
-        nq, nv = widths.get(int(m.jnt_type[j.id]), (1, 1))
-        qsrc += range(q_at, q_at + nq)
-        vsrc += range(v_at, v_at + nv)
-        qdst += range(j.qposadr[0], j.qposadr[0] + nq)
-        vdst += range(j.dofadr[0], j.dofadr[0] + nv)
-        q_at, v_at = q_at + nq, v_at + nv
-    if raw.ndim != 2 or raw.shape[1] != 1 + q_at + v_at:
+    m = scene.model
+    src, dst, n = libero_state_index(scene, task)
+    if raw.ndim != 2 or raw.shape[1] != n:
         raise DataFileError(f"states of shape {raw.shape} do not fit LIBERO's model of the task "
-                            f"(time + {q_at} qpos + {v_at} qvel)", file=file, task=task.name, field="states")
+                            f"(time + qpos + qvel: {n} values)", file=file, task=task.name, field="states")
     d = mujoco.MjData(m)
-    park = parked_qpos(scene, task)
+    ours = np.concatenate([[0.0], parked_qpos(scene, task), np.zeros(m.nv)])
     out = np.zeros((raw.shape[0], mujoco.mj_stateSize(m, FULL)))
     for k, row in enumerate(raw):
         mujoco.mj_resetData(m, d)
-        d.qpos[:] = park
-        d.time = row[0]
-        d.qpos[qdst] = row[1:1 + q_at][qsrc]
-        d.qvel[vdst] = row[1 + q_at:][vsrc]
+        flat = ours.copy()
+        flat[dst] = row[src]
+        d.time, d.qpos[:], d.qvel[:] = flat[0], flat[1:1 + m.nq], flat[1 + m.nq:]
         mujoco.mj_getState(m, d, out[k], FULL)
     return out
 

@@ -40,6 +40,7 @@ import mujoco
 import numpy as np
 
 from clbench_jax.sim import env, libero_source, predicates, robot
+from clbench_jax.sim.init_states import libero_state_index
 from clbench_jax.sim.native import FULL, NativeWorlds
 from clbench_jax.sim.scene import Scene
 
@@ -202,27 +203,6 @@ atexit.register(close_pool)
 
 
 # ---------------------------------------------------------------------------------------------- state mapping
-def joint_index(scene: Scene, task) -> tuple[np.ndarray, np.ndarray, int]:
-    """Where LIBERO's flattened state of `task` (time, qpos, qvel) sits in the scene's full physics state:
-    (positions in LIBERO's vector, positions in ours, LIBERO's length), joint by joint by name."""
-    m = scene.model
-    names = scene.task_source(task).joint_names
-    widths = {mujoco.mjtJoint.mjJNT_FREE: (7, 6), mujoco.mjtJoint.mjJNT_BALL: (4, 3)}
-    qs, qd, vs, vd = [], [], [], []
-    q_at = v_at = 0
-    for name in names:
-        j = m.joint(name)
-        nq, nv = widths.get(int(m.jnt_type[j.id]), (1, 1))
-        qs += range(q_at, q_at + nq)
-        vs += range(v_at, v_at + nv)
-        qd += range(j.qposadr[0], j.qposadr[0] + nq)
-        vd += range(j.dofadr[0], j.dofadr[0] + nv)
-        q_at, v_at = q_at + nq, v_at + nv
-    src = np.array([0] + [1 + i for i in qs] + [1 + q_at + i for i in vs])
-    dst = np.array([0] + [1 + i for i in qd] + [1 + m.nq + i for i in vd])
-    return src, dst, 1 + q_at + v_at
-
-
 def fixture_placement(scene: Scene, task, mocap: np.ndarray) -> dict[str, np.ndarray]:
     """{fixture name: pose (pos, wxyz quat)} of the task's fixtures, read from one world's mocap poses; LIBERO's
     model takes them as its fixture root bodies' body_pos / body_quat."""
@@ -290,7 +270,7 @@ def run(scene: Scene, c: env.SceneConsts, policy, pstate0, batch, tasks, goals, 
     tasks_np = jax.tree.map(np.asarray, tasks)
     indexes = {}
     for t in {int(i) for i in batch.task_ids[rows]}:
-        indexes[t] = joint_index(scene, scene.tasks[t])
+        indexes[t] = libero_state_index(scene, scene.tasks[t])
     run_ = _Run(scene=scene, c=c, pool=pool, advance=advance, atoms_fn=atoms_fn, pstate0=pstate0, batch=batch,
                 tasks=tasks, tasks_np=tasks_np, goals=goals, indexes=indexes, total=total, warmup=warmup,
                 cameras=cameras, size=image_size, trace=trace, rep=rep, bar=bar)
@@ -320,7 +300,7 @@ class _Run:
     tasks: env.TaskArrays  # (N, ...) jnp
     tasks_np: env.TaskArrays  # the same, numpy
     goals: object
-    indexes: dict  # task id -> joint_index
+    indexes: dict  # task id -> libero_state_index
     total: int  # warm-up + horizon
     warmup: int
     cameras: bool
