@@ -352,7 +352,8 @@ def test_a_missing_unfinished_or_mismatched_pretrained_base_is_named_first(pretr
     demos, base_dir = pretrained
     nope = str(tmp_path / "nope")
     cfg = make_config(dict(BASE, algo="tail", demos_dir=str(tmp_path / "no_demos"), pretrained=nope))
-    with pytest.raises(PretrainedError, match=f"no pretrained checkpoint at {nope}; make it with: clbench pretrain"):
+    made_by = "make it with: clbench demos collect --suite libero_90"
+    with pytest.raises(PretrainedError, match=f"no pretrained checkpoint at {nope}; {made_by}"):
         run_lifelong(cfg, str(tmp_path / "a"), progress=False)
     half = tmp_path / "half"
     half.mkdir()

@@ -107,6 +107,22 @@ def test_report_needs_the_episode_file(tmp_path):
         finalize(tmp_path)
 
 
+def test_peft_evidence_config_is_the_final_battery_on_the_libero_90_base():
+    """The four methods on a frozen base run the same battery as the committed final evidence (so their folders merge
+    into one report), and the base configs/pretrain_libero_90.yaml makes fits their policy."""
+    from clbench_jax.lifelong.pretrain import POLICY_FIELDS
+
+    final = load_run_config(REPO / "configs" / "evidence_libero_goal_final.yaml").to_dict()
+    peft = load_run_config(REPO / "configs" / "evidence_libero_goal_peft.yaml").to_dict()
+    assert peft.pop("methods") == ["l2m", "tail", "iscil", "dmpel"] and peft.pop("algo_kwargs") == {}
+    base = peft["train"].pop("pretrained")
+    final.pop("methods"), final.pop("algo_kwargs")
+    assert peft == final
+    pre = yaml.safe_load((REPO / "configs" / "pretrain_libero_90.yaml").read_text())
+    assert pre["suite"] == "libero_90" and base == "runs/pretrained/libero_90_state"
+    assert {k: pre.get(k) for k in POLICY_FIELDS} == {k: final["train"].get(k) for k in POLICY_FIELDS}
+
+
 def test_run_config_errors(tmp_path):
     cfg = load_run_config(REPO / "configs" / "quickstart.yaml")
     assert cfg.methods == ("seqft", "er") and cfg.n_tasks == 2

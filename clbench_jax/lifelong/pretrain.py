@@ -30,8 +30,11 @@ POLICY_FIELDS = ("policy", "obs", "policy_kwargs", "gmm_min_std", "lang", "image
 
 
 def pretrain_command(cfg, out: str) -> str:
-    return (f"clbench pretrain --suite libero_90 --policy {cfg.policy} --obs {cfg.obs} --demos {cfg.demos_dir} "
-            f"--out {out}  (with --config for policy_kwargs)")
+    """The two commands that make a LIBERO-90 base for `cfg` (its own demos are another suite's: not the base's)."""
+    images = " --no-images" if cfg.obs == "state" else ""
+    return (f"clbench demos collect --suite libero_90 --n 50{images} --out runs/demos, then clbench pretrain "
+            f"--suite libero_90 --policy {cfg.policy} --obs {cfg.obs} --demos runs/demos --out {out}  (with --config "
+            "for policy_kwargs, e.g. configs/pretrain_libero_90.yaml)")
 
 
 def _is_run(path: str) -> bool:
