@@ -123,6 +123,20 @@ def test_peft_evidence_config_is_the_final_battery_on_the_libero_90_base():
     assert {k: pre.get(k) for k in POLICY_FIELDS} == {k: final["train"].get(k) for k in POLICY_FIELDS}
 
 
+def test_pretrained_flag_starts_every_method_of_the_pretraining_experiment_from_the_base():
+    """LIBERO's Fig. 5 runs one config twice: without --pretrained every method starts from scratch, with it every
+    method starts from the named base, whose policy (configs/pretrain_libero_90.yaml) fits the config's."""
+    from clbench_jax.lifelong.pretrain import POLICY_FIELDS
+
+    path = REPO / "configs" / "pretraining_libero_10.yaml"
+    scratch, based = load_run_config(path), load_run_config(path, pretrained="runs/pretrained/b")
+    assert scratch.methods == based.methods == ("seqft", "er", "packnet") and scratch.suite == "libero_10"
+    assert {train_config(scratch, m, 0).pretrained for m in scratch.methods} == {None}
+    assert {train_config(based, m, 1).pretrained for m in based.methods} == {"runs/pretrained/b"}
+    pre = yaml.safe_load((REPO / "configs" / "pretrain_libero_90.yaml").read_text())
+    assert {k: pre.get(k) for k in POLICY_FIELDS} == {k: scratch.train.get(k) for k in POLICY_FIELDS}
+
+
 def test_run_config_errors(tmp_path):
     cfg = load_run_config(REPO / "configs" / "quickstart.yaml")
     assert cfg.methods == ("seqft", "er") and cfg.n_tasks == 2

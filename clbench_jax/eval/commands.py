@@ -15,7 +15,7 @@ def cmd_run(a):
     except ValueError:
         raise ConfigError(f"must be comma-separated integers, not {a.seeds!r}", field="--seeds") from None
     cfg = load_run_config(a.config, suite=a.suite, n_tasks=a.n_tasks,
-                          methods=a.methods.split(",") if a.methods else None, seeds=seeds)
+                          methods=a.methods.split(",") if a.methods else None, seeds=seeds, pretrained=a.pretrained)
     out = a.out or os.path.join("runs", os.path.splitext(os.path.basename(a.config))[0])
     doc = run(cfg, out, progress=not a.quiet)
     print(f"results in {out}: report.md, metrics.json, grid/episodes.h5, train/, *.png")
@@ -49,6 +49,9 @@ def register(sub) -> None:
     r.add_argument("--n-tasks", dest="n_tasks", type=int, default=None)
     r.add_argument("--methods", default=None, help="comma-separated, e.g. seqft,er")
     r.add_argument("--seeds", default=None, help="comma-separated, e.g. 0,1,2")
+    r.add_argument("--pretrained", default=None,
+                   help="start every method from this base (sets train.pretrained; a `clbench pretrain` folder, "
+                        "e.g. LIBERO's pretraining experiment: configs/pretraining_libero_10.yaml with and without it)")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.set_defaults(fn=cmd_run)
     p = sub.add_parser("report", help="rebuild a run's report.md, metrics.json and plots from its files",

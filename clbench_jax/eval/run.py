@@ -105,7 +105,12 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
     if "algo" in values and set(train_only) <= {f.name for f in dataclasses.fields(TrainConfig)}:
         raise ConfigError("this is a training config (algo, epochs ...): run it with `clbench train --config FILE`",
                           file=where, field="algo")
+    pretrained = overrides.pop("pretrained", None)  # the one train key a flag sets: the same run from a base
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if pretrained is not None:
+        if not isinstance(values.get("train", {}), dict):
+            raise ConfigError("must be a mapping of training settings", file=where, field="train")
+        values["train"] = {**values.get("train", {}), "pretrained": pretrained}
     cfg = RunConfig(**typed_values(RunConfig, values, file=where))
     check_ranges(cfg, [one_of("suite", SUITES), at_least("order", 0), at_least("n_tasks", 1, optional=True),
                        ("methods", lambda c: c.methods and set(c.methods) <= set(ALGORITHMS)
