@@ -39,7 +39,8 @@ def check_out(path, field: str = "--out") -> None:
 def _check_memory(scene, n_episodes: int, backend: str) -> None:
     """Refuse a batch of rollouts that cannot fit in memory (it would swap or hang, not fail)."""
     from clbench_jax.errors import ConfigError
-    from clbench_jax.eval.grid import GridSpec, available_memory, episode_memory, pool_totals
+    from clbench_jax.eval.chunk_size import available_memory, episode_memory, pool_totals
+    from clbench_jax.eval.grid import GridSpec
 
     parts = episode_memory(GridSpec(tasks=(), variants=(), n_rollouts=1, backend=backend), scene)
     memory = available_memory()

@@ -295,7 +295,7 @@ def test_finalize_computes_action_level_from_checkpoints_and_demos(tmp_path):
     metrics.json / report.md; a second report reuses the file."""
     from clbench_jax.algos import make_algorithm
     from clbench_jax.algos.train import OptimConfig, make_optimizer
-    from clbench_jax.eval.grid import param_shapes
+    from clbench_jax.eval.chunk_size import param_shapes
     from clbench_jax.eval.run import run_tasks, train_config
     from clbench_jax.lifelong.checkpoints import StageCheckpoints
     from clbench_jax.lifelong.loop import make_policy, scene_for

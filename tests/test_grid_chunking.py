@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from clbench_jax.errors import ClbenchError
+from clbench_jax.eval import chunk_size as C
 from clbench_jax.eval import grid as G
 
 TINY = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, seq_len=4, gmm_hidden=(32,),
@@ -28,8 +29,8 @@ class Interrupted(Exception):
 
 def test_history_bytes_by_hand():
     spec = {"joint_states": ((7,), F32), "agentview_rgb": ((128, 128, 3), U8), "token_mask": ((5,), B)}
-    assert G.history_bytes(spec, 10) == 10 * (7 * 4 + 128 * 128 * 3 + 5)
-    assert G.history_bytes({}, 10) == 0
+    assert C.history_bytes(spec, 10) == 10 * (7 * 4 + 128 * 128 * 3 + 5)
+    assert C.history_bytes({}, 10) == 0
 
 
 def test_episode_memory_state_and_rgb():
@@ -44,16 +45,16 @@ def test_episode_memory_state_and_rgb():
     variants = ((G.original_variant(tasks[0]),),)
     policy = make_bc_transformer("state", **TINY)
     spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=R)
-    parts = G.episode_memory(spec, scene, policy)
+    parts = C.episode_memory(spec, scene, policy)
     # joint 7 + gripper 2 + ee_pos 3 float32, tokens 7 x 32 float32, token mask 7 bools; seq_len 4
     assert parts["obs_history"]["per_episode"] == 4 * ((7 + 2 + 3) * 4 + 7 * 32 * 4 + 7)
     assert parts["language"]["per_episode"] == 384 * 4
-    n_params = sum(x.size for x in jax.tree.leaves(G.param_shapes(policy, scene.key, "state", 128, 4, 384)))
+    n_params = sum(x.size for x in jax.tree.leaves(C.param_shapes(policy, scene.key, "state", 128, 4, 384)))
     assert parts["params"]["per_episode"] == -(-n_params * 4 // R)  # one stacked copy per group of R episodes
     assert parts["physics"]["pool"] == "host" and parts["physics"]["per_episode"] > 0
     act = parts["policy_activations"]
     assert act["fixed"] > 0 if spec.loop else act["per_episode"] > 0
-    rgb = G.episode_memory(G.GridSpec(tasks=tasks, variants=variants, n_rollouts=R, obs="rgb", image_size=32),
+    rgb = C.episode_memory(G.GridSpec(tasks=tasks, variants=variants, n_rollouts=R, obs="rgb", image_size=32),
                            scene)
     assert rgb["obs_history"]["per_episode"] == 10 * (7 * 4 + 2 * 4 + 2 * 32 * 32 * 3)  # default seq_len 10
     assert rgb["images"]["per_episode"] == rgb["images_host"]["per_episode"] == 2 * 32 * 32 * 3
@@ -62,7 +63,7 @@ def test_episode_memory_state_and_rgb():
 
 def test_smaller_budget_smaller_chunk():
     parts = {"x": {"pool": "device", "per_episode": 1000, "fixed": 0}}
-    choose = lambda free, **kw: G.choose_chunk(parts, {"host": {"free": free}}, **{  # noqa: E731
+    choose = lambda free, **kw: C.choose_chunk(parts, {"host": {"free": free}}, **{  # noqa: E731
         "n_rollouts": 10, "max_groups": 100, **kw})
     assert choose(10**12) == 1000  # everything fits: all 100 groups of 10
     assert choose(200_000) == 100  # half of it for 1 kB episodes: 100 episodes = 10 groups
@@ -71,22 +72,22 @@ def test_smaller_budget_smaller_chunk():
     sizes = [choose(f) for f in np.geomspace(1e3, 1e9, 25)]
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
     # 11 groups under a budget of 8 groups: 2 chunks of 6, not 8 + 3 padded
-    assert G.choose_chunk(parts, {"host": {"free": 160_000}}, n_rollouts=10, max_groups=11) == 60
+    assert C.choose_chunk(parts, {"host": {"free": 160_000}}, n_rollouts=10, max_groups=11) == 60
     # 4 devices: at most the groups spread over them; the host's memory is shared by their chunks
-    assert G.choose_chunk(parts, {"host": {"free": 10**12}}, n_rollouts=10, max_groups=11, n_devices=4) == 30
-    assert G.choose_chunk(parts, {"host": {"free": 400_000}}, n_rollouts=10, max_groups=100, n_devices=4) == 50
+    assert C.choose_chunk(parts, {"host": {"free": 10**12}}, n_rollouts=10, max_groups=11, n_devices=4) == 30
+    assert C.choose_chunk(parts, {"host": {"free": 400_000}}, n_rollouts=10, max_groups=100, n_devices=4) == 50
     # Fixed bytes come off first; with a "device" pool each part counts against its own pool
     two = {"a": {"pool": "device", "per_episode": 1000, "fixed": 50_000},
            "b": {"pool": "host", "per_episode": 100, "fixed": 0}}
     mem = {"device": {"free": 300_000}, "host": {"free": 10**12}}
-    assert G.choose_chunk(two, mem, n_rollouts=10, max_groups=100) == 100
-    assert G.choose_chunk(two, {"host": {"free": 300_000}}, n_rollouts=10, max_groups=100) == 90  # 100000 / 1100
+    assert C.choose_chunk(two, mem, n_rollouts=10, max_groups=100) == 100
+    assert C.choose_chunk(two, {"host": {"free": 300_000}}, n_rollouts=10, max_groups=100) == 90  # 100000 / 1100
 
 
 @pytest.mark.parametrize("bad", [0, -3, "big", "AUTO", True, 2.5, None])
 def test_bad_chunk_values_name_the_field(bad):
     with pytest.raises(ClbenchError, match="grid.chunk"):
-        G.check_chunk(bad)
+        C.check_chunk(bad)
 
 
 def test_bad_chunk_in_a_run_config():
@@ -140,7 +141,7 @@ def _same_rows(cols, ref):
 
 
 def _budget(monkeypatch, free):
-    monkeypatch.setattr(G, "available_memory", lambda: {"host": {"free": free, "source": "test"}})
+    monkeypatch.setattr(C, "available_memory", lambda: {"host": {"free": free, "source": "test"}})
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def test_auto_under_a_small_budget_gives_the_same_rows(setup, whole, tmp_path, m
     rec = doc["chunk"]
     assert rec["requested"] == "auto" and rec["episodes"] == 4 and doc["spec"]["chunk"] == 4
     assert rec["memory"]["host"]["free"] == free and rec["bytes_per_episode"]["host"] == per
-    assert rec["fraction"] == G.SAFETY and rec["parts"]["obs_history"]["per_episode"] > 0
+    assert rec["fraction"] == C.SAFETY and rec["parts"]["obs_history"]["per_episode"] > 0
     _same_rows(cols, whole[1])
     assert "chunk" in json.loads((whole[0] / "grid.json").read_text())  # a number asked for is recorded too
 
@@ -185,7 +186,7 @@ def test_resumed_grid_keeps_its_chunk_size(setup, whole, tmp_path, monkeypatch):
     def no_replanning():
         raise AssertionError("a resumed grid must not measure memory again")
 
-    monkeypatch.setattr(G, "available_memory", no_replanning)  # plenty of memory now would mean one chunk
+    monkeypatch.setattr(C, "available_memory", no_replanning)  # plenty of memory now would mean one chunk
     ran = []
     cols = _run(s, "auto", tmp_path, on_chunk=ran.append)
     assert ran == [2, 3, 4]

@@ -231,7 +231,7 @@ def test_dmpel_library_grows_orthogonally_and_coefficient_replay_recalls(policy)
 
 
 def test_networks_have_abstract_shapes_and_hash_by_value(policy):
-    """Evaluation restores checkpoints into jax.eval_shape(policy.init) (eval.grid.param_shapes) and sizes memory
+    """Evaluation restores checkpoints into jax.eval_shape(policy.init) (eval.chunk_size.param_shapes) and sizes memory
     by acting with those; equal configs give equal (hashable) networks, so compiled steps and rollouts are reused
     across runs."""
     b = _batch()

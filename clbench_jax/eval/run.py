@@ -224,7 +224,8 @@ def stage_checkpoints(train_dir: str | os.PathLike, tcfg, n_tasks: int, method: 
 
     from clbench_jax.algos import make_algorithm
     from clbench_jax.algos.train import OptimConfig, make_optimizer
-    from clbench_jax.eval.grid import Checkpoint, param_shapes
+    from clbench_jax.eval.chunk_size import param_shapes
+    from clbench_jax.eval.grid import Checkpoint
     from clbench_jax.lifelong.checkpoints import StageCheckpoints
     from clbench_jax.lifelong.loop import DEFAULT_SEQ_LEN, make_policy
     from clbench_jax.tasks.suites import ordered_tasks
@@ -258,9 +259,10 @@ def grid_spec(cfg: RunConfig, tasks, obs: str, image_size: int):
     columns are all audited goals; which of them a checkpoint meets is the spec's conditions / max_per_condition /
     final_only (grid.evaluated)."""
     from clbench_jax.eval import grid as G
+    from clbench_jax.eval.chunk_size import check_chunk
 
     g = grid_settings(cfg)
-    G.check_chunk(g["chunk"])
+    check_chunk(g["chunk"])
     if g["variants"]:
         variants = G.variants_from_file(repo_file(g["variants"]), tasks, suite=cfg.suite)
     else:

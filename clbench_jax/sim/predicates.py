@@ -30,6 +30,7 @@ from clbench_jax.errors import MissingEntityError, UnknownPredicateError
 
 PREDICATES = ("true", "false", "on", "in", "up", "open", "close", "turnon", "turnoff")
 PRED = {name: i for i, name in enumerate(PREDICATES)}
+NEVER = (("false",),)  # a goal that never holds
 ARITY = {"true": 0, "false": 0, "on": 2, "in": 2, "up": 1, "open": 1, "close": 1, "turnon": 1, "turnoff": 1}
 # Joint-test operators: q OP threshold.  0 = no test (never passes).
 OPS = {"none": 0, "lt": 1, "gt": 2, "ge": 3, "le": 4}
