@@ -2,13 +2,14 @@
 
     python benchmarks/evidence_merge.py                      # -> runs/evidence_merge/merged/{report.md, metrics.json, *.png}
     python benchmarks/evidence_merge.py --write              # and copy them over docs/results/evidence_libero_goal_final/
+    python benchmarks/evidence_merge.py --table              # docs/RESULTS.md's cross-seed table, from the committed merge
 
 Each `clbench run` folder of the battery (configs/evidence_libero_goal_final.yaml) is committed as
 docs/results/evidence_libero_goal_final/s<seed>/<method>/{config.yaml, episodes.h5, train_metrics.json,
 action_level.json}, the floors' episodes as s0/floors/<floor>.h5. The checkpoints are not committed, so this puts
 each back into a run folder's layout, merges them as `clbench report --merge` does, and reports the merge (the
 action-level numbers come from the committed action_level.json files). tests/test_committed_results.py runs it and
-checks that the committed metrics.json is what it makes.
+checks that the committed metrics.json is what it makes, and that RESULTS holds the table `--table` prints.
 """
 
 from __future__ import annotations
@@ -51,13 +52,54 @@ def rebuild_sources(evidence: Path, work: Path) -> list[Path]:
     return sources
 
 
+COLUMNS = ("FWT (S[j, j])", "NBT", "AUC", "final, original", "final, paraphrase",
+           "contrast target SR / GSA (no-switch baseline)", "original persistence", "collision OGP / CGAR")
+ORDER = ("seqft", "er", "ewc", "packnet", "multitask", "l2m", "tail", "iscil", "dmpel")
+
+
+def table(doc: dict) -> str:
+    """The cross-seed table of a merged metrics.json: mean +- std over seeds in %, one row per method (its seed
+    count named when it differs from the most common), then the floors' rows."""
+    from collections import Counter
+
+    def pct(x, std=True):
+        return f"{100 * x['mean']:.1f}" + (f" \u00b1 {100 * x['std']:.1f}" if std else "")
+
+    def row(name, orig, lang, std=True):
+        c, base, col = lang["contrast"], lang["contrast_baseline"], lang["collision"]
+        cells = [pct(orig[k], std) for k in ("fwt", "nbt", "auc", "final")]
+        cells += [pct(lang["faces"]["paraphrase"]["success"], std),
+                  f"{pct(c['target_sr'], std)} / {pct(c['gsa'], std)} ({pct(base['gsa'], False)})",
+                  pct(c["original_persistence"], std), f"{pct(col['ogp'], std)} / {pct(col['cgar'], std)}"]
+        return f"| {name} | " + " | ".join(cells) + " |"
+
+    metrics, lang = doc["metrics"], doc["language"]
+    seeds = {m: len(r["original"]["final"]["per_seed"]) for m, r in metrics.items()}
+    usual = Counter(seeds.values()).most_common(1)[0][0]
+    lines = ["| method | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for m in sorted(metrics, key=lambda m: ORDER.index(m) if m in ORDER else len(ORDER)):
+        name = {"seqft": "SeqFT", "er": "ER", "ewc": "EWC", "packnet": "PackNet"}.get(m, m)
+        name += f" ({seeds[m]} seeds)" if seeds[m] != usual else ""
+        lines.append(row(name, metrics[m]["original"], lang[m]))
+    for f in doc["floors"]["metrics"]:
+        lines.append(row(f"floor: {f}", doc["floors"]["metrics"][f]["original"], doc["floors"]["language"][f], False))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--evidence", type=Path, default=EVIDENCE, help="the committed folders (default: %(default)s)")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "evidence_merge",
                     help="where the run folders and the merge are rebuilt (default: %(default)s)")
     ap.add_argument("--write", action="store_true", help="copy report.md, metrics.json and the plots to --evidence")
+    ap.add_argument("--table", action="store_true",
+                    help="print RESULTS' cross-seed table from --evidence's metrics.json and stop (no rebuild)")
     a = ap.parse_args(argv)
+    if a.table:
+        import json
+
+        print(table(json.loads((a.evidence / "metrics.json").read_text())))
+        return a.evidence
 
     from clbench_jax.eval.report import merge_runs
     from clbench_jax.eval.run import report

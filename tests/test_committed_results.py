@@ -38,3 +38,12 @@ def test_merged_evidence_is_rebuilt_from_the_committed_runs(tmp_path):
     folders = [p.name for p in EVIDENCE.glob("s[0-9]*/*") if (p / "episodes.h5").exists()]
     assert {m: len(r["original"]["final"]["per_seed"]) for m, r in got["metrics"].items()} == \
         {m: folders.count(m) for m in set(folders)}
+
+
+def test_results_holds_the_cross_seed_table_of_the_committed_merge():
+    """docs/RESULTS.md's cross-seed table is `evidence_merge.py --table` of the committed metrics.json, row for row."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evidence_merge.py"), "--table"], check=True,
+                         cwd=ROOT, capture_output=True, text=True).stdout
+    results = (ROOT / "docs" / "RESULTS.md").read_text()
+    missing = [row for row in out.strip().splitlines() if row not in results]
+    assert missing == [], "RESULTS.md lacks these rows of the committed merge's table (paste the --table output)"
