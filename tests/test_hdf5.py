@@ -322,3 +322,19 @@ def test_batches_match_slices(tmp_path, cache_images):
     sizes = [len(b["actions"]) for b in ds.sample_batches(4, 1, drop_last=True)]
     assert sizes == [4, 4, 4]
     ds.close()
+
+
+def test_files_of_scenes_with_different_entity_counts_pad_to_the_largest(tmp_path):
+    """LIBERO-90's scenes hold 3 to 11 objects: windows over files of several scenes (a multitask or pretraining
+    dataset) carry every file's object tokens zero-padded to the largest count, the padding masked off."""
+    rng = np.random.default_rng(7)
+    small, large = make_demo(rng, 4, E=2), make_demo(rng, 3, E=5)
+    p1, p2 = tmp_path / "small.hdf5", tmp_path / "large.hdf5"
+    write_demos(p1, [small], **META)
+    write_demos(p2, [large], **META)
+    ds = SequenceDataset([p1, p2], seq_len=2, obs_keys=("joint_states", "object_tokens", "object_token_mask"))
+    w = ds.gather(np.arange(len(ds)))
+    assert w["object_tokens"].shape == (7, 2, 5, 4) and w["object_token_mask"].shape == (7, 2, 5)
+    np.testing.assert_allclose(w["object_tokens"][0, 0, :2], small["obs"]["object_tokens"][0], rtol=1e-6)
+    assert not w["object_tokens"][:4, :, 2:].any() and not w["object_token_mask"][:4, :, 2:].any()
+    np.testing.assert_array_equal(w["object_token_mask"][4, 0], large["obs"]["object_token_mask"][0])

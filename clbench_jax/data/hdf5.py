@@ -48,6 +48,9 @@ ARRAY_TRAILING: dict[str, tuple] = {
     "actions": (7,), "states": (None,), "robot_states": (9,), "rewards": (), "dones": (),
 }
 DEFAULT_OBS_KEYS = ("agentview_rgb", "eye_in_hand_rgb", "joint_states", "gripper_states")
+# Obs keys with one row per scene entity (T, E, ...): scenes differ in E, so files of several scenes (LIBERO-90,
+# libero_10) are zero-padded to the largest E when read together; a zero mask row is an absent entity, as in the env.
+ENTITY_KEYS = ("object_tokens", "object_token_mask")
 _DEMO_RE = re.compile(r"^demo_(\d+)$")
 
 
@@ -293,6 +296,13 @@ def _finite(arr: np.ndarray, path: str, key: str) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- windowed dataset
 
+def pad_entities(arrays: list[np.ndarray], axis: int = 1) -> list[np.ndarray]:
+    """Arrays whose `axis` counts scene entities -> the same, zero-padded along it to the largest count."""
+    e = max(a.shape[axis] for a in arrays)
+    return [a if a.shape[axis] == e else np.pad(a, [(0, e - a.shape[axis]) if d == axis else (0, 0)
+                                                    for d in range(a.ndim)]) for a in arrays]
+
+
 class _LazyConcat:
     """Concatenation of h5py datasets along axis 0, gathered by global index without loading all."""
 
@@ -374,7 +384,7 @@ class SequenceDataset:
             if lst and isinstance(lst[0], h5py.Dataset):
                 self.arrays[k] = _LazyConcat(lst)
             else:
-                arr = np.concatenate(lst, axis=0)
+                arr = np.concatenate(pad_entities(lst) if k in ENTITY_KEYS else lst, axis=0)
                 if arr.dtype.kind == "f" or (k == "actions"):
                     arr = arr.astype(np.float32)
                 self.arrays[k] = arr

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from clbench_jax.data.hdf5 import SequenceDataset
+from clbench_jax.data.hdf5 import ENTITY_KEYS, SequenceDataset, pad_entities
 from clbench_jax.errors import DataFileError
 
 # Dataset obs key -> policy obs key, per observation mode.
@@ -16,6 +16,7 @@ OBS_KEYS = {
     "rgb": {"agentview_rgb": "agentview_rgb", "eye_in_hand_rgb": "eye_in_hand_rgb",
             "joint_states": "joint_states", "gripper_states": "gripper_states"},
 }
+ENTITY_OBS = tuple(OBS_KEYS["state"][k] for k in ENTITY_KEYS)  # policy obs keys with one row per scene entity
 
 
 def demo_path(demos_dir: str, task) -> str:
@@ -51,23 +52,11 @@ def policy_batch(raw: dict, langs: np.ndarray, mode: str) -> dict:
     return {"obs": obs, "lang": langs[raw["file_index"]], "actions": raw["actions"], "mask": raw["pad_mask"]}
 
 
-def _pad_tokens(b: dict, e: int) -> dict:
-    obs = b["obs"]
-    if "tokens" not in obs or obs["tokens"].shape[2] == e:
-        return b
-    pad = e - obs["tokens"].shape[2]
-    tok = np.pad(obs["tokens"], ((0, 0), (0, 0), (0, pad), (0, 0)))
-    mask = np.pad(obs["token_mask"], ((0, 0), (0, 0), (0, pad)))
-    return dict(b, obs=dict(obs, tokens=tok, token_mask=mask))
-
-
 def concat_batches(batches: list[dict]) -> dict:
     """Concatenate policy batches along the batch axis (object tokens padded to the largest count)."""
     if len(batches) == 1:
         return batches[0]
-    if "tokens" in batches[0]["obs"]:
-        e = max(b["obs"]["tokens"].shape[2] for b in batches)
-        batches = [_pad_tokens(b, e) for b in batches]
     out = {k: np.concatenate([b[k] for b in batches]) for k in ("lang", "actions", "mask")}
-    out["obs"] = {k: np.concatenate([b["obs"][k] for b in batches]) for k in batches[0]["obs"]}
+    out["obs"] = {k: np.concatenate(pad_entities([b["obs"][k] for b in batches], axis=2) if k in ENTITY_OBS
+                                    else [b["obs"][k] for b in batches]) for k in batches[0]["obs"]}
     return out

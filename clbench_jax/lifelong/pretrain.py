@@ -140,7 +140,10 @@ def pretrain(cfg, out_dir: str, *, progress: bool = True) -> dict:
         lr = cosine_lr(epoch - 1, cfg.epochs, ocfg)
         rng, key = derive_rng(cfg.seed, "pretrain", epoch), derive_key(root, "pretrain", epoch)
         total, nb = 0.0, 0
-        for i, raw in enumerate(ds.sample_batches(cfg.batch_size, rng, drop_last=len(ds) >= cfg.batch_size)):
+        n_batches = len(ds) // cfg.batch_size if len(ds) >= cfg.batch_size else 1
+        batches = ds.sample_batches(cfg.batch_size, rng, drop_last=len(ds) >= cfg.batch_size)
+        for i, raw in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
+                                     disable=not progress)):
             if cfg.max_batches is not None and i >= cfg.max_batches:
                 break
             params, opt_state, info = step(params, opt_state, {}, policy_batch(raw, langs, cfg.obs),
