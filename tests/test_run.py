@@ -283,15 +283,22 @@ def test_report_merges_seed_folders(tmp_path):
     from clbench_jax.eval import battery
     from clbench_jax.jsonio import write_json
 
-    def act(folder, key, fp):
-        write_json(folder / battery.FILE, {"format": battery.FORMAT, "version": battery.VERSION, "fingerprint": fp,
-                                           "settings": {}, "runs": {key: {"method": "seqft", "tasks": []}}})
+    def act(folder, key, demos, n_windows=256):
+        settings = {"n_windows": n_windows, "demos": [[f"{t}_demo.hdf5", demos] for t in "ab"]}
+        write_json(folder / battery.FILE, {"format": battery.FORMAT, "version": battery.VERSION, "fingerprint": "f",
+                                           "settings": settings, "runs": {key: {"method": "seqft", "tasks": []}}})
 
-    act(tmp_path / "a", "seqft_s0", "f")
-    act(tmp_path / "b", "seqft_s1", "f")
+    act(tmp_path / "a", "seqft_s0", 100)
+    act(tmp_path / "b", "seqft_s1", 100)
     merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
-    assert sorted(battery.read_action_level(tmp_path / "all" / battery.FILE)["runs"]) == ["seqft_s0", "seqft_s1"]
-    act(tmp_path / "b", "seqft_s1", "g")
+    merged = battery.read_action_level(tmp_path / "all" / battery.FILE)
+    assert sorted(merged["runs"]) == ["seqft_s0", "seqft_s1"] and "demo_sets" not in merged
+    # each run measured on the demos it trained on: other demo files merge, and the merge names each run's set
+    act(tmp_path / "b", "seqft_s1", 101)
+    merged = battery.read_action_level(merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"]) / battery.FILE)
+    assert merged["demo_sets"]["seqft_s1"] == [["a_demo.hdf5", 101], ["b_demo.hdf5", 101]]
+    assert merged["demo_sets"]["seqft_s0"][0] == ["a_demo.hdf5", 100]
+    act(tmp_path / "b", "seqft_s1", 100, n_windows=128)
     with pytest.raises(ClbenchError, match="action-level settings differ") as e:
         merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "b"])
     assert "b/action_level.json" in str(e.value) and not (tmp_path / "x").exists()

@@ -133,10 +133,15 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
             raise ClbenchError(f"its run config differs from {configs[0][0]} (beyond methods and seeds)",
                                file=str(cfg))
     acts = [(p, battery.read_action_level(p)) for p in (src / battery.FILE for src in map(Path, sources)) if p.exists()]
+    # Each run's action level is measured on the demos it trained on, so runs whose demo files differ merge (the
+    # oracle's demos are byte-identical on one machine, not across machines): the merged file names each run's set.
+    # Anything else (windows, policy, tasks, variants) must match.
+    but_demos = lambda d: {k: v for k, v in d["settings"].items() if k != "demos"}  # noqa: E731
     for p, d in acts[1:]:
-        if d["fingerprint"] != acts[0][1]["fingerprint"]:
-            raise ClbenchError(f"its action-level settings differ from {acts[0][0]} (other demos or variants); "
-                               "move one of the two files away to merge without it", file=str(p), field="settings")
+        if but_demos(d) != but_demos(acts[0][1]):
+            raise ClbenchError(f"its action-level settings differ from {acts[0][0]} (other variants, windows or "
+                               "policy); move one of the two files away to merge without it", file=str(p),
+                               field="settings")
     (out / "grid").mkdir(parents=True, exist_ok=True)
     for (m, s), src in owner.items():
         run = (src / "train" / f"{m}_s{s}").resolve()
@@ -158,7 +163,10 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     from clbench_jax.eval.floors import floor_episode_files
 
     if acts:
-        write_json(out / battery.FILE, dict(acts[0][1], runs={k: v for _, d in acts for k, v in d["runs"].items()}))
+        merged = dict(acts[0][1], runs={k: v for _, d in acts for k, v in d["runs"].items()})
+        if any(d["settings"].get("demos") != acts[0][1]["settings"].get("demos") for _, d in acts):
+            merged["demo_sets"] = {k: d["settings"].get("demos") for _, d in acts for k in d["runs"]}
+        write_json(out / battery.FILE, merged)
     for src in map(Path, reversed(sources)):  # the first source that has a floor wins
         for kind, path in floor_episode_files(src).items():
             cols, meta = episodes.read_columns(path)
@@ -509,9 +517,13 @@ def battery_sections(run_dir: Path, doc: dict) -> list[str]:
     lines += ["", "### Action level (demonstration observations)", ""]
     note = doc["action_level"]["note"]
     if act:
-        settings = _action_settings(run_dir)
+        doc_act = _action_doc(run_dir)
+        settings, sets = doc_act.get("settings", {}), doc_act.get("demo_sets", {})
+        n_sets = len({json.dumps(v) for v in sets.values()})
+        own = (f" Each run on its own demo files: {n_sets} different sets across its {len(sets)} runs (`demo_sets`; "
+               "the oracle's demos are byte-identical on one machine, not across machines)." if n_sets > 1 else "")
         lines += [f"Final checkpoint of each method and seed, on up to {settings.get('n_windows', '?')} demo windows "
-                  f"per task (`{doc['action_level']['file'] or 'action_level.json'}`, eval/battery.py). AD: distance "
+                  f"per task (`{doc['action_level']['file'] or 'action_level.json'}`, eval/battery.py).{own} AD: distance "
                   "between the mixture-mean actions under the original and the perturbed instruction / 2 sqrt(d_a) "
                   "(0..1); LM: log p(a* | o, original) − log p(a* | o, perturbed) of the expert action (nats; > 0: "
                   "the expert action is likelier under the original). Variants equally within a task, tasks "
@@ -550,9 +562,9 @@ def battery_sections(run_dir: Path, doc: dict) -> list[str]:
     return lines
 
 
-def _action_settings(run_dir: Path) -> dict:
+def _action_doc(run_dir: Path) -> dict:
     try:
-        return json.loads((run_dir / "action_level.json").read_text()).get("settings", {})
+        return json.loads((run_dir / "action_level.json").read_text())
     except (OSError, ValueError):
         return {}
 
