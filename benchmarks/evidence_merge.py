@@ -3,10 +3,15 @@
     python benchmarks/evidence_merge.py                      # -> runs/evidence_merge/merged/{report.md, metrics.json, *.png}
     python benchmarks/evidence_merge.py --write              # and copy them over docs/results/evidence_libero_goal_final/
     python benchmarks/evidence_merge.py --table              # docs/RESULTS.md's cross-seed table, from the committed merge
+    python benchmarks/evidence_merge.py --evidence docs/results/evidence_libero_goal_peft --write   # the PEFT methods
+    python benchmarks/evidence_merge.py --table --evidence docs/results/evidence_libero_goal_final \
+        --evidence docs/results/evidence_libero_goal_peft   # one table of both (the eight methods)
 
-Each `clbench run` folder of the battery (configs/evidence_libero_goal_final.yaml) is committed as
-docs/results/evidence_libero_goal_final/s<seed>/<method>/{config.yaml, episodes.h5, train_metrics.json,
-action_level.json}, the floors' episodes as s0/floors/<floor>.h5. The checkpoints are not committed, so this puts
+Each `clbench run` folder of the battery (configs/evidence_libero_goal_final.yaml; the methods on a frozen
+LIBERO-90 base: configs/evidence_libero_goal_peft.yaml, in evidence_libero_goal_peft/) is committed as
+<evidence>/s<seed>/<method>/{config.yaml, episodes.h5, train_metrics.json, action_level.json}, the floors'
+episodes as s0/floors/<floor>.h5. The two configs differ in their methods' settings (a frozen base, algo_kwargs),
+so each folder is merged on its own; their grids are the same, so their rows share one table. The checkpoints are not committed, so this puts
 each back into a run folder's layout, merges them as `clbench report --merge` does, and reports the merge (the
 action-level numbers come from the committed action_level.json files). tests/test_committed_results.py runs it and
 checks that the committed metrics.json is what it makes, and that RESULTS holds the table `--table` prints.
@@ -20,19 +25,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "docs" / "results" / "evidence_libero_goal_final"
-CONFIG = ROOT / "configs" / "evidence_libero_goal_final.yaml"
 OUTPUTS = ("report.md", "metrics.json", "action_level.json")
 
 
 def rebuild_sources(evidence: Path, work: Path) -> list[Path]:
-    """Run folders under `work`, one per committed (seed, method), in the battery config's method order (the
-    report's row order), the first one holding the floors."""
-    import yaml
-
-    order = yaml.safe_load(CONFIG.read_text())["methods"]
+    """Run folders under `work`, one per committed (seed, method), in ORDER (the report's row order), the first one
+    holding the floors."""
     found = [p for p in evidence.glob("s[0-9]*/*") if (p / "episodes.h5").exists()]
     sources = []
-    for src in sorted(found, key=lambda p: (order.index(p.name) if p.name in order else len(order), p.parent.name)):
+    for src in sorted(found, key=lambda p: (ORDER.index(p.name) if p.name in ORDER else len(ORDER), p.parent.name)):
         seed = src.parent.name
         dst, train = work / seed / src.name, f"{src.name}_{seed}"
         shutil.rmtree(dst, ignore_errors=True)
@@ -57,9 +58,9 @@ COLUMNS = ("FWT (S[j, j])", "NBT", "AUC", "final, original", "final, paraphrase"
 ORDER = ("seqft", "er", "ewc", "packnet", "multitask", "l2m", "tail", "iscil", "dmpel")
 
 
-def table(doc: dict) -> str:
-    """The cross-seed table of a merged metrics.json: mean +- std over seeds in %, one row per method (its seed
-    count named when it differs from the most common), then the floors' rows."""
+def table(*docs: dict) -> str:
+    """The cross-seed table of merged metrics.json files of one grid: mean +- std over seeds in %, one row per
+    method (its seed count named when it differs from the most common), then the first file's floors' rows."""
     from collections import Counter
 
     def pct(x, std=True):
@@ -73,13 +74,16 @@ def table(doc: dict) -> str:
                   pct(c["original_persistence"], std), f"{pct(col['ogp'], std)} / {pct(col['cgar'], std)}"]
         return f"| {name} | " + " | ".join(cells) + " |"
 
-    metrics, lang = doc["metrics"], doc["language"]
+    metrics = {m: r for d in docs for m, r in d["metrics"].items()}
+    lang = {m: r for d in docs for m, r in d["language"].items()}
+    doc = docs[0]
     seeds = {m: len(r["original"]["final"]["per_seed"]) for m, r in metrics.items()}
     usual = Counter(seeds.values()).most_common(1)[0][0]
     lines = ["| method | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for m in sorted(metrics, key=lambda m: ORDER.index(m) if m in ORDER else len(ORDER)):
-        name = {"seqft": "SeqFT", "er": "ER", "ewc": "EWC", "packnet": "PackNet"}.get(m, m)
-        name += f" ({seeds[m]} seeds)" if seeds[m] != usual else ""
+        name = {"seqft": "SeqFT", "er": "ER", "ewc": "EWC", "packnet": "PackNet", "l2m": "L2M", "tail": "TAIL",
+                "iscil": "IsCiL", "dmpel": "DMPEL"}.get(m, m)
+        name += f" ({seeds[m]} seed{'s' * (seeds[m] != 1)})" if seeds[m] != usual else ""
         lines.append(row(name, metrics[m]["original"], lang[m]))
     for f in doc["floors"]["metrics"]:
         lines.append(row(f"floor: {f}", doc["floors"]["metrics"][f]["original"], doc["floors"]["language"][f], False))
@@ -88,18 +92,23 @@ def table(doc: dict) -> str:
 
 def main(argv=None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--evidence", type=Path, default=EVIDENCE, help="the committed folders (default: %(default)s)")
+    ap.add_argument("--evidence", type=Path, action="append",
+                    help=f"the committed folders (default: {EVIDENCE.relative_to(ROOT)}); repeatable with --table")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "evidence_merge",
                     help="where the run folders and the merge are rebuilt (default: %(default)s)")
     ap.add_argument("--write", action="store_true", help="copy report.md, metrics.json and the plots to --evidence")
     ap.add_argument("--table", action="store_true",
                     help="print RESULTS' cross-seed table from --evidence's metrics.json and stop (no rebuild)")
     a = ap.parse_args(argv)
+    evidence = a.evidence or [EVIDENCE]
     if a.table:
         import json
 
-        print(table(json.loads((a.evidence / "metrics.json").read_text())))
-        return a.evidence
+        print(table(*(json.loads((e / "metrics.json").read_text()) for e in evidence)))
+        return evidence[0]
+    if len(evidence) > 1:
+        ap.error("--evidence is repeatable with --table only: merge one folder at a time")
+    a.evidence = evidence[0]
 
     from clbench_jax.eval.report import merge_runs
     from clbench_jax.eval.run import report

@@ -13,8 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "docs" / "results" / "evidence_libero_goal_final"
+PEFT = ROOT / "docs" / "results" / "evidence_libero_goal_peft"  # the methods on a frozen LIBERO-90 base
+MERGED = [e for e in (EVIDENCE, PEFT) if (e / "metrics.json").exists()]
 
 
 def without_notes(d):
@@ -26,24 +30,28 @@ def without_notes(d):
     return d
 
 
-def test_merged_evidence_is_rebuilt_from_the_committed_runs(tmp_path):
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evidence_merge.py"), "--work", str(tmp_path)],
-                   check=True, cwd=ROOT, capture_output=True)
+@pytest.mark.parametrize("evidence", MERGED, ids=lambda e: e.name)
+def test_merged_evidence_is_rebuilt_from_the_committed_runs(tmp_path, evidence):
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evidence_merge.py"), "--work", str(tmp_path),
+                    "--evidence", str(evidence)], check=True, cwd=ROOT, capture_output=True)
     got = without_notes(json.loads((tmp_path / "merged" / "metrics.json").read_text()))
-    want = without_notes(json.loads((EVIDENCE / "metrics.json").read_text()))
+    want = without_notes(json.loads((evidence / "metrics.json").read_text()))
     assert sorted(got) == sorted(want)
     for key in want:
         assert got[key] == want[key], f"metrics.json[{key!r}] differs from the committed merge"
     # every committed (method, seed) folder is in the merge, once
-    folders = [p.name for p in EVIDENCE.glob("s[0-9]*/*") if (p / "episodes.h5").exists()]
+    folders = [p.name for p in evidence.glob("s[0-9]*/*") if (p / "episodes.h5").exists()]
     assert {m: len(r["original"]["final"]["per_seed"]) for m, r in got["metrics"].items()} == \
         {m: folders.count(m) for m in set(folders)}
 
 
-def test_results_holds_the_cross_seed_table_of_the_committed_merge():
-    """docs/RESULTS.md's cross-seed table is `evidence_merge.py --table` of the committed metrics.json, row for row."""
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evidence_merge.py"), "--table"], check=True,
-                         cwd=ROOT, capture_output=True, text=True).stdout
+@pytest.mark.parametrize("merged", [MERGED[:1], MERGED], ids=["final", "all"])
+def test_results_holds_the_cross_seed_table_of_the_committed_merge(merged):
+    """docs/RESULTS.md's cross-seed tables are `evidence_merge.py --table` of the committed metrics.json, row for
+    row: the four methods trained from scratch, and with the frozen-base methods beside them once committed."""
+    args = [a for e in merged for a in ("--evidence", str(e))]
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "evidence_merge.py"), "--table", *args],
+                         check=True, cwd=ROOT, capture_output=True, text=True).stdout
     results = (ROOT / "docs" / "RESULTS.md").read_text()
     missing = [row for row in out.strip().splitlines() if row not in results]
     assert missing == [], "RESULTS.md lacks these rows of the committed merge's table (paste the --table output)"
