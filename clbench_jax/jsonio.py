@@ -7,8 +7,9 @@ import json
 import math
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from clbench_jax.errors import DataFileError, OutputError
 
@@ -33,22 +34,39 @@ def check_writable(path: str | os.PathLike, *, folder: bool = False, field: str 
     os.remove(tmp)
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text`: a temporary file of this writer's own beside `path`, then os.replace (never half-written, and
-    two processes filling the same cache entry cannot interleave)."""
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
+    """The one way this project writes a file: `with atomic_path(path) as tmp:` write `tmp`, a temporary file of
+    this writer's own beside `path` (ending in `suffix`, for writers that read the format from it); when the block
+    ends it becomes `path` (os.replace, mode 0644), or is removed if the block raised. A reader never sees a
+    half-written file, and two processes filling the same cache entry cannot interleave."""
     path = Path(path)
-    tmp = None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    os.close(fd)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make shared caches and results private
+        yield tmp
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make shared demos, caches and results private
         os.replace(tmp, path)
-    except OSError as e:
-        if tmp is not None and os.path.exists(tmp):
+    finally:
+        if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` atomically (atomic_path); an OS error becomes an OutputError naming the file."""
+    try:
+        with atomic_path(path) as tmp, open(tmp, "w") as f:
+            f.write(text)
+    except OSError as e:
         raise OutputError(f"cannot write: {e.strerror or e}", file=str(path)) from None
+
+
+def save_figure(fig, path: str | os.PathLike, **savefig) -> None:
+    """Save a matplotlib figure as PNG atomically (atomic_path); `savefig`: more savefig arguments (default dpi
+    110, tight bounding box)."""
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, **{"format": "png", "dpi": 110, "bbox_inches": "tight", **savefig})
 
 
 def finite_json(obj):

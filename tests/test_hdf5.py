@@ -244,6 +244,7 @@ def test_atomic_write_interrupted(tmp_path, monkeypatch):
     # an existing file is left intact by a failed rewrite
     monkeypatch.setattr(hdf5, "_write_demo", real)
     write_demos(path, demos[:1], **META)
+    assert os.stat(path).st_mode & 0o777 == 0o644  # readable by others, as any file (mkstemp's 0600 was kept once)
     calls.clear()
     monkeypatch.setattr(hdf5, "_write_demo", failing)
     with pytest.raises(KeyboardInterrupt):

@@ -118,23 +118,13 @@ def demo_frames(path: str, demo: int = 0, size: int = 128):
 
 def save_gif(path: str, frames, fps: int = 20) -> None:
     """Write (T, H, W, 3) uint8 frames as an animated GIF, atomically."""
-    import os
-    import tempfile
-
     from PIL import Image
 
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".gif.tmp")
-    os.close(fd)
-    try:
+    from clbench_jax.jsonio import atomic_path
+
+    with atomic_path(path, suffix=".gif") as tmp:
         imgs = [Image.fromarray(fr) for fr in frames]
         imgs[0].save(tmp, format="GIF", save_all=True, append_images=imgs[1:], duration=int(1000 / fps), loop=0)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def cmd_video(a):

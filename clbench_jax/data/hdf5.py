@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +30,7 @@ import h5py
 import numpy as np
 
 from clbench_jax.errors import DataFileError
+from clbench_jax.jsonio import atomic_path
 
 EXTRA_PREFIX = "clbench_"
 DATA_ATTRS = ("env_name", "problem_info", "bddl_file_name", "bddl_file_content", "env_args",
@@ -161,7 +161,7 @@ def _write_demo(grp: h5py.Group, demo: Mapping[str, Any]) -> None:
 def write_demos(path: str | os.PathLike, demos: Sequence[Mapping[str, Any]], *, env_name: str,
                 problem_info: dict, bddl_file_name: str, bddl_file_content: str, env_args: dict,
                 extras_attrs: Mapping[str, Any] | None = None, image_convention: str | None = None) -> None:
-    """Write `demos` to `path` in LIBERO's layout, atomically (temp file in the same folder + os.replace).
+    """Write `demos` to `path` in LIBERO's layout, atomically (jsonio.atomic_path).
 
     Each demo is a dict: ``obs`` (dict of (T,...) arrays), ``actions`` (T,7), ``states`` (T,D),
     ``robot_states`` (T,9), ``rewards`` (T,), ``dones`` (T,) and optional ``attrs`` (dict:
@@ -177,11 +177,7 @@ def write_demos(path: str | os.PathLike, demos: Sequence[Mapping[str, Any]], *, 
         if "obs" in demo:
             arrays["obs"] = {k: np.asarray(v) for k, v in demo["obs"].items()}
         check_demo(arrays, f"data/demo_{i}", path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as f:
             data = f.create_group("data")
             data.attrs["env_name"] = env_name
@@ -197,13 +193,6 @@ def write_demos(path: str | os.PathLike, demos: Sequence[Mapping[str, Any]], *, 
                 data.attrs[_prefixed(k)] = _attr_out(v)
             for i, demo in enumerate(demos):
                 _write_demo(data.create_group(f"demo_{i}"), demo)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 # ----------------------------------------------------------------------------- read

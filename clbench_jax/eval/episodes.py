@@ -2,7 +2,7 @@
 
 Columns are numpy arrays sharing their first axis (rows); 2-D columns hold one value per goal column
 (`success`, `first_success`, `held_at_reset`). Strings are stored as UTF-8. File attributes carry JSON metadata
-(the grid's fingerprint, the goal columns' meaning). Writes are atomic: a temporary file, then os.replace.
+(the grid's fingerprint, the goal columns' meaning). Writes are atomic (jsonio.atomic_path).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 
 from clbench_jax.errors import DataFileError
-from clbench_jax.jsonio import finite_json
+from clbench_jax.jsonio import atomic_path, finite_json
 
 FORMAT = "clbench-episodes"
 VERSION = 1
@@ -27,9 +27,7 @@ def write_columns(path: str | os.PathLike, cols: dict[str, np.ndarray], meta: di
     n = {len(v) for v in cols.values()}
     if len(n) > 1:
         raise ValueError(f"columns of different lengths {sorted(n)} for {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with h5py.File(tmp, "w") as f:
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["format"], f.attrs["version"] = FORMAT, VERSION
         f.attrs["meta"] = json.dumps(finite_json(meta or {}), allow_nan=False)
         for k, v in cols.items():
@@ -38,7 +36,6 @@ def write_columns(path: str | os.PathLike, cols: dict[str, np.ndarray], meta: di
                 f.create_dataset(k, data=v.astype(object), dtype=h5py.string_dtype())
             else:
                 f.create_dataset(k, data=v)
-    os.replace(tmp, path)
 
 
 def read_columns(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:

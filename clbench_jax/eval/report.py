@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from clbench_jax.errors import ClbenchError
-from clbench_jax.jsonio import read_json, write_json, write_text
+from clbench_jax.jsonio import read_json, save_figure, write_json, write_text
 
 
 def _pm(d: dict | None, scale: float = 100.0) -> str:
@@ -579,13 +579,6 @@ def _plt():
     return plt
 
 
-def _save(fig, path: str) -> None:
-    tmp = path + ".tmp"
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
-    fig.clf()
-
-
 def _ms(d: dict | None, scale: float = 1.0) -> tuple[float, float]:
     if not d or d.get("mean") is None:
         return np.nan, 0.0
@@ -615,7 +608,7 @@ def plot_slots(slots: dict, path: str) -> None:
     axes[0].set_ylabel("% of contrast rollouts")
     axes[0].legend(fontsize=7)
     fig.suptitle("Minimal contrasts per edited slot, final checkpoint", fontsize=9)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -651,7 +644,7 @@ def plot_collisions(achieved: dict, collision: dict, act: dict, path: str) -> No
             a2.set_xticks(x, methods, fontsize=8)
             a2.set_title(title, fontsize=9)
     fig.suptitle("Scene-incompatible (collision) instructions, final checkpoint", fontsize=9)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -669,7 +662,7 @@ def plot_gaps(gaps: dict, path: str) -> None:
     ax.set_ylabel("original − paraphrase (points)")
     ax.legend(fontsize=7)
     ax.set_title("Paraphrase gap: final checkpoint vs all stages", fontsize=9)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
 
 

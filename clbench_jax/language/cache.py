@@ -14,7 +14,6 @@ is then ``os.replace``-d over the target, so a crash never leaves a torn cache.
 from __future__ import annotations
 
 import os
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from clbench_jax.errors import DataFileError
+from clbench_jax.jsonio import atomic_path
 
 _FORMAT_KEYS = ("encoder_id", "text_bytes", "text_offsets", "embeddings")
 
@@ -135,20 +135,10 @@ class EmbeddingCache:
         blob = np.frombuffer(b"".join(enc), dtype=np.uint8)
         emb = (np.stack(self._rows).astype(np.float32) if self._rows
                else np.zeros((0, 0), dtype=np.float32))
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, encoder_id=np.array(self.encoder_id), text_bytes=blob,
-                         text_offsets=offsets, embeddings=emb)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        with atomic_path(target) as tmp, open(tmp, "wb") as f:
+            np.savez(f, encoder_id=np.array(self.encoder_id), text_bytes=blob, text_offsets=offsets, embeddings=emb)
+            f.flush()
+            os.fsync(f.fileno())
         if path is None or target == self.path:
             self._dirty = False
         return target

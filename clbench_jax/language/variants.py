@@ -25,7 +25,6 @@ A task-slot pair with no kept contrast is listed as unavailable, with the reason
 from __future__ import annotations
 
 import functools
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Iterable, Protocol
 import numpy as np
 
 from clbench_jax.errors import ClbenchError, DataFileError
-from clbench_jax.jsonio import read_versioned, write_json
+from clbench_jax.jsonio import read_versioned, save_figure, write_json
 from clbench_jax.language import frames as F
 from clbench_jax.language.kinds import tag_kinds
 from clbench_jax.tasks.adapter import SUPPORTED_GOAL_PREDICATES, check_goal, parse_goal_text
@@ -569,7 +568,5 @@ def plot_coverage(covs: list[dict], out: str | Path) -> None:
     axes[0][0].legend(fontsize=6, loc="upper left", ncol=3)
     fig.suptitle("instruction variants retained / generated (collisions: statically verified)", fontsize=9)
     fig.tight_layout()
-    tmp = Path(str(out) + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    save_figure(fig, out, dpi=120, bbox_inches=None)
     plt.close(fig)
-    os.replace(tmp, out)

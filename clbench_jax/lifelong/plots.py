@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-
-def _save(fig, path: str) -> None:
-    tmp = path + ".tmp"
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
+from clbench_jax.jsonio import save_figure
 
 
 def plot_success_matrix(c, labels: list[str], path: str, title: str = "") -> None:
@@ -31,7 +25,7 @@ def plot_success_matrix(c, labels: list[str], path: str, title: str = "") -> Non
     ax.set_xticks(range(c.shape[1]), [str(x) for x in labels], rotation=90, fontsize=6)
     ax.set_yticks(range(c.shape[0]))
     ax.set_title(title or "success c[i][j]", fontsize=9)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -50,5 +44,5 @@ def plot_learning_curves(curves: list[list[float]], epochs: list[list[int]], lab
     ax.set_title(title or "learning curves (success on the stage's task)", fontsize=9)
     if len(labels) <= 12:
         ax.legend(fontsize=6)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)

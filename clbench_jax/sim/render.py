@@ -46,21 +46,12 @@ class BatchRenderer:
 
 def save_png(path, image: np.ndarray) -> None:
     """Write an (H, W, 3) uint8 image as PNG atomically."""
-    import os
-    import tempfile
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.image as mpimg
 
-    path = str(path)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(os.path.abspath(path)))
-    os.close(fd)
-    try:
+    from clbench_jax.jsonio import atomic_path
+
+    with atomic_path(path, suffix=".png") as tmp:
         mpimg.imsave(tmp, image)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
