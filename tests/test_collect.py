@@ -7,6 +7,7 @@ by the tests; every further collection uses the same batch and horizon, so the o
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 
@@ -185,6 +186,14 @@ def test_cli_inspect_and_video(collected, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "turn_on_the_stove" in text and "deconfounded" in text and "obs/agentview_rgb" in text
     assert "attempts:" in text
+    # a folder: one line per task file and the totals, the same numbers in --json as the collection's own row
+    _, row = collected
+    assert main(["demos", "inspect", str(out), "--json", str(tmp_path / "demos.json")]) == 0
+    assert f"total: {row['kept']} demos" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "demos.json").read_text())
+    assert [(f["task"], f["demos"], f["attempts"], f["successes"]) for f in doc["files"]] == [
+        ("turn_on_the_stove", row["kept"], row["attempts"], row["successes"])]
+    assert doc["total"]["steps"] == sum(len(d["actions"]) for d in hdf5.read_demos(path, keys=[]))
     gif = tmp_path / "demo.gif"
     assert main(["demos", "video", path, "--demo", "1", "--out", str(gif)]) == 0
     from PIL import Image

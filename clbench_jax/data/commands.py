@@ -75,8 +75,48 @@ def inspect_file(path: str) -> str:
     return "\n".join(lines)
 
 
+def folder_summary(folder: str) -> dict:
+    """Per demo file of a collection folder (its *_demo.hdf5, recursively): task, demos kept, steps, the oracle's
+    attempts and successes, seconds, whether it gave up; and the totals."""
+    from pathlib import Path
+
+    from clbench_jax.data import hdf5
+    from clbench_jax.errors import DataFileError
+
+    files = sorted(Path(folder).rglob("*_demo.hdf5"))
+    if not files:
+        raise DataFileError("no *_demo.hdf5 files in this folder", file=str(folder))
+    rows = []
+    for p in files:
+        meta = hdf5.read_meta(str(p))
+        ex = meta["extras_attrs"]
+        rows.append({"task": ex.get("task") or p.name.removesuffix("_demo.hdf5"), "suite": ex.get("suite"),
+                     "demos": int(meta["num_demos"]), "steps": int(meta["total"]),
+                     "attempts": ex.get("attempts"), "successes": ex.get("successes"),
+                     "seconds": ex.get("seconds"), "gave_up": bool(ex.get("gave_up", False))})
+    total = {k: sum(r[k] or 0 for r in rows) for k in ("demos", "steps", "attempts", "successes", "seconds")}
+    total.update(files=len(rows), without_demos=[r["task"] for r in rows if r["demos"] == 0])
+    return {"folder": str(folder), "files": rows, "total": total}
+
+
 def cmd_inspect(a):
-    print(inspect_file(a.file))
+    import os
+
+    if not os.path.isdir(a.path):
+        print(inspect_file(a.path))
+        return
+    doc = folder_summary(a.path)
+    for r in doc["files"]:
+        rate = f"{100 * r['successes'] / r['attempts']:.0f}%" if r["attempts"] else "n/a"
+        print(f"{r['demos']:4d} demos {r['steps']:8d} steps  oracle {r['successes']}/{r['attempts']} ({rate})"
+              f"{'  gave up' if r['gave_up'] else ''}  {r['task']}")
+    t = doc["total"]
+    print(f"total: {t['demos']} demos, {t['steps']} steps in {t['files']} files; oracle {t['successes']} successes "
+          f"in {t['attempts']} attempts, {t['seconds'] / 60:.0f} min; no demos: {len(t['without_demos'])}")
+    if a.json:
+        from clbench_jax.jsonio import write_json
+
+        write_json(a.json, doc)
 
 
 def demo_frames(path: str, demo: int = 0, size: int = 128):
@@ -202,8 +242,10 @@ def register(sub) -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--out", required=True, help="output folder (files go to OUT/<suite>/)")
     c.set_defaults(fn=cmd_collect)
-    i = d.add_parser("inspect", help="summary of a demo file: task, generator, demos, lengths, keys, attempts")
-    i.add_argument("file")
+    i = d.add_parser("inspect", help="summary of a demo file (task, generator, demos, lengths, keys, attempts), "
+                     "or of a collection folder (one line per task file, and totals)")
+    i.add_argument("path", help="a *_demo.hdf5 file or a folder of them (searched recursively)")
+    i.add_argument("--json", help="with a folder: also write its summary to this JSON file")
     i.set_defaults(fn=cmd_inspect)
     ind = d.add_parser("independence", help="does the target's starting position predict the task? both "
                                              "generators, permutation chi-square tests")
