@@ -3,6 +3,7 @@ through the real lifelong loop (libero_goal scene, native rollouts, small synthe
 real pretraining: the frozen base is bit-identical to the pretrained one after every stage."""
 
 import os
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ from clbench_jax.policies.adapters import step_mean
 
 from test_adapters import TINY_T as TINY, B, T, _batch  # the same tiny policy and batches
 
+REPO = Path(__file__).resolve().parents[1]
 TAIL_SPEC = [["attn", 4], ["encoder", 2], ["fusion", "full"], ["proprio", "full"], ["head", "full"]]
 DMPEL_SPEC = [["gmm/logits", "full"], ["proprio", "full"], ["attn", 4], ["encoder", 2], ["fusion", 4], ["head", 4]]
 
@@ -312,6 +314,21 @@ def test_method_trains_through_the_lifelong_loop_on_a_frozen_pretrained_base(pre
         assert [log["n_experts"] for log in m["logs"]] == [1, 2] and len(m["logs"][1]["recall_losses"]) == 2
     if method == "iscil":
         assert m["logs"][1]["init_from"] == 0
+    # the evaluation grid acts with each stage's per-task parameters (TAIL's slot, IsCiL's / DMPEL's visible
+    # library): every cell runs, none is a failed cell (the first LIBERO run failed all 825 for TAIL)
+    from clbench_jax.eval import grid as G
+    from clbench_jax.eval.episodes import read_columns
+    from clbench_jax.eval.run import stage_checkpoints
+    from clbench_jax.lifelong.loop import make_policy
+    from clbench_jax.tasks.suites import ordered_tasks
+
+    tasks = tuple(ordered_tasks(SUITE, 0)[:K])
+    spec = G.GridSpec(tasks=tasks, variants=tuple((G.original_variant(t),) for t in tasks), n_rollouts=1, horizon=3,
+                      chunk=8)
+    cks = stage_checkpoints(out, cfg, K, method)
+    G.run_grid(spec, cks, make_policy(cfg), tmp_path / "grid", lang=cfg.lang, suite=SUITE, progress=False)
+    cols, _ = read_columns(tmp_path / "grid" / "episodes.h5")
+    assert len(cols["status"]) == 3 and set(map(str, cols["status"])) == {"ok"}
 
 
 def test_a_shared_adapter_update_of_a_finished_multitask_run(pretrained, tmp_path):
@@ -436,3 +453,17 @@ def test_dmpel_run_killed_after_a_stage_resumes_to_the_same_numbers(pretrained, 
         assert resumed[k] == full[k], k
     assert resumed["logs"][1]["recall_losses"] == full["logs"][1]["recall_losses"]
     assert _same(_stage_params(str(tmp_path / "full"), K - 1), _stage_params(str(tmp_path / "killed"), K - 1))
+
+
+def test_a_run_mixing_networks_is_refused_before_training():
+    """One grid acts through one network: the frozen-base methods' config names all four, so a run of it without
+    --methods is refused at load, naming the field and how to run them; one method at a time loads."""
+    from clbench_jax.errors import ConfigError
+    from clbench_jax.eval.run import load_run_config
+
+    with pytest.raises(ConfigError, match="different networks") as e:
+        load_run_config(REPO / "configs" / "evidence_libero_goal_peft.yaml")
+    assert e.value.field == "methods" and "--methods" in str(e.value)
+    assert load_run_config(REPO / "configs" / "evidence_libero_goal_peft.yaml", methods=["dmpel"]).methods == ("dmpel",)
+    with pytest.raises(ConfigError, match="different networks"):
+        load_run_config(REPO / "configs" / "evidence_libero_goal_final.yaml", methods=["seqft", "tail"])

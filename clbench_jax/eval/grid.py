@@ -71,6 +71,9 @@ class Checkpoint:
     seed: int
     stage: int
     load: Callable[[int], Any]  # task position j -> parameter pytree acting on task j
+    # the policy's parameter shapes -> the shapes `load` gives: an algorithm's per-task selection can change the
+    # tree (TAIL hands the network one task's adapters, IsCiL and DMPEL add what retrieval may see); None: the same
+    acting: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -504,6 +507,8 @@ class _Runner:
         key = (g.ck, g.task)
         if key not in cache:
             ref = self._reference(scene)
+            if self.checkpoints[g.ck].acting is not None:
+                ref = self.checkpoints[g.ck].acting(ref)
             try:
                 p = self.checkpoints[g.ck].load(g.task)
                 reason = check_params(p, ref)

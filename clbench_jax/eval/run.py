@@ -138,6 +138,17 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
             raise ConfigError(str(e), file=where, field=f"algo_kwargs.{m}") from None
     for m in cfg.methods:
         train_config(cfg, m, cfg.seeds[0], where=where)  # every method's training config, typed and ranged
+    from clbench_jax.lifelong.loop import make_policy
+
+    # The grid acts through one network: a frozen-base method (its adapters, retrieval, router) cannot share a
+    # folder with another method; refused now rather than after hours of training.
+    nets = {m: make_policy(train_config(cfg, m, cfg.seeds[0])) for m in cfg.methods}
+    odd = [m for m in cfg.methods if nets[m] != nets[cfg.methods[0]]]
+    if odd:
+        raise ConfigError(f"{cfg.methods[0]} and {', '.join(odd)} act through different networks (a frozen base "
+                          "with its own adapters), so one evaluation grid cannot hold them together: run them in separate "
+                          "folders (--methods) and merge those with `clbench report OUT --merge A B`", file=where,
+                          field="methods")
     demos = typed_values(CollectConfig, {k: v for k, v in cfg.demos.items() if k != "dir"}, file=where,
                          prefix="demos.")
     if not isinstance(cfg.demos.get("dir", "runs/demos"), str) or not cfg.demos.get("dir", "runs/demos"):
@@ -156,11 +167,10 @@ def load_run_config(path: str | os.PathLike, **overrides) -> RunConfig:
         raise ConfigError(e.message, file=where, field="grid.floors") from None
     if "occ" in g.conditions:  # a policy with nothing to blank fails here, before any training
         from clbench_jax.eval.faces import occlusion_keys
-        from clbench_jax.lifelong.loop import make_policy
         from clbench_jax.policies.act import obs_keys
 
         try:
-            occlusion_keys(obs_keys(make_policy(train_config(cfg, cfg.methods[0], cfg.seeds[0]))))
+            occlusion_keys(obs_keys(nets[cfg.methods[0]]))
         except ClbenchError as e:
             raise ConfigError(e.message, file=where, field="grid.conditions", token="occ") from None
     if g.backend == "mjx" and g.mjx_impl != "warp" and train_config(cfg, cfg.methods[0], cfg.seeds[0]).obs == "rgb":
@@ -219,7 +229,8 @@ def _check_folder(out: Path, cfg: RunConfig) -> None:
 # ---------------------------------------------------------------------------------------------- checkpoints
 def stage_checkpoints(train_dir: str | os.PathLike, tcfg, n_tasks: int, method: str) -> list:
     """grid.Checkpoint per finished stage of a lifelong run; `load(j)` restores the stage (orbax, once per
-    stage) and applies the algorithm's per-task parameter selection (PackNet's masks)."""
+    stage) and applies the algorithm's per-task parameter selection (PackNet's masks, TAIL's adapter slot), whose
+    shapes `acting` gives."""
     import jax
 
     from clbench_jax.algos import make_algorithm
@@ -249,8 +260,11 @@ def stage_checkpoints(train_dir: str | os.PathLike, tcfg, n_tasks: int, method: 
         arrays = cache[stage]
         return algo.eval_params(arrays["params"], arrays["algo_state"], j)
 
+    def acting(shapes):
+        return jax.eval_shape(lambda q: algo.eval_params(q, algo.init(q, n_tasks), 0), shapes)
+
     # A joint (multitask) run has one stage that has seen every task.
-    return [Checkpoint(method, tcfg.seed, n_tasks - 1 if algo.joint else s, lambda j, s=s: load(s, j))
+    return [Checkpoint(method, tcfg.seed, n_tasks - 1 if algo.joint else s, lambda j, s=s: load(s, j), acting)
             for s in stages]
 
 
