@@ -301,6 +301,12 @@ def test_report_merges_seed_folders(tmp_path):
     merged = battery.read_action_level(merge_runs(tmp_path / "all", [tmp_path / "a", tmp_path / "b"]) / battery.FILE)
     assert merged["demo_sets"]["seqft_s1"] == [["a_demo.hdf5", 101], ["b_demo.hdf5", 101]]
     assert merged["demo_sets"]["seqft_s0"][0] == ["a_demo.hdf5", 100]
+    # the merged folder's report takes that file as it is: recomputing it there would measure every run on one demo
+    # set, and its config may unite methods with different networks, which a run's config may not
+    from clbench_jax.eval.run import action_level_phase
+
+    doc, note = action_level_phase(tmp_path / "all")
+    assert note is None and doc["demo_sets"] == merged["demo_sets"]
     act(tmp_path / "b", "seqft_s1", 100, n_windows=128)
     with pytest.raises(ClbenchError, match="action-level settings differ") as e:
         merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "b"])

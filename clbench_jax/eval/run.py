@@ -26,7 +26,7 @@ import yaml
 
 from clbench_jax.configs import at_least, check_ranges, one_of, typed_values
 from clbench_jax.errors import ClbenchError, ConfigError
-from clbench_jax.jsonio import write_text
+from clbench_jax.jsonio import read_json, write_text
 from clbench_jax.lifelong.config import make_config, read_yaml_mapping
 from clbench_jax.lifelong.loop import finished_stages
 from clbench_jax.paths import repo_file
@@ -397,6 +397,13 @@ def action_level_phase(run_dir, *, n_windows: int | None = None, batch_size: int
 
     run_dir = Path(run_dir)
     out = run_dir / battery.FILE
+    grid_meta = run_dir / "grid" / "grid.json"
+    if grid_meta.exists() and "merged_from" in read_json(grid_meta):
+        # a merged folder: its file is the sources' own results, each measured on the demos that run trained on;
+        # its config may unite methods that act through different networks, which no single run may
+        if out.exists():
+            return battery.read_action_level(out), None
+        return None, f"none of the merged sources has an {battery.FILE}"
     if not (run_dir / "config.yaml").exists():
         return None, "no config.yaml in the run folder"
     cfg = load_run_config(run_dir / "config.yaml")
