@@ -152,7 +152,7 @@ def test_missing_demos_skip_trains_nothing_at_that_stage(demos, tmp_path):
     params = _params(str(tmp_path / "skip"), K - 1)  # stage 0 took no weights, so stage 1 keeps 25% of all
     n_kernel = sum(x.size for p, x in jax.tree_util.tree_leaves_with_path(params) if p[-1].key == "kernel")
     assert m["logs"][1]["kept_weights"] == pytest.approx(0.25 * n_kernel, abs=len(jax.tree.leaves(params)))
-    with pytest.raises(DataFileError, match=tasks[0].name):
+    with pytest.raises(DataFileError, match=f"kept no demos.*missing_demos: skip.*task {tasks[0].name}"):
         run_lifelong(make_config(dict(BASE, demos_dir=folder)), str(tmp_path / "err"), progress=False)
 
 
