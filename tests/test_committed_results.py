@@ -55,3 +55,36 @@ def test_results_holds_the_cross_seed_table_of_the_committed_merge(merged):
     results = (ROOT / "docs" / "RESULTS.md").read_text()
     missing = [row for row in out.strip().splitlines() if row not in results]
     assert missing == [], "RESULTS.md lacks these rows of the committed merge's table (paste the --table output)"
+
+
+PRETRAINING = ROOT / "docs" / "results" / "pretraining_libero_10"  # seed 001's Fig. 5 experiment
+PRETRAINING_RUNS = sorted(p.parent for p in PRETRAINING.glob("*/s[0-9]*/*/episodes.h5"))
+
+
+@pytest.mark.parametrize("run", PRETRAINING_RUNS, ids=lambda p: "/".join(p.parts[-3:]))
+def test_pretraining_run_metrics_are_the_report_of_its_committed_episodes(tmp_path, run):
+    """Each committed libero_10 run folder: its metrics.json is what the report makes of its committed episodes and
+    training curves (the grid's success matrix, FWT / NBT / AUC / final)."""
+    import shutil
+
+    from clbench_jax.eval.report import finalize
+
+    cfg = json.loads((run / "train_metrics.json").read_text())["config"]
+    (tmp_path / "grid").mkdir()
+    (tmp_path / "train" / f"{cfg['algo']}_s{cfg['seed']}").mkdir(parents=True)
+    shutil.copy(run / "episodes.h5", tmp_path / "grid" / "episodes.h5")
+    shutil.copy(run / "train_metrics.json", tmp_path / "train" / f"{cfg['algo']}_s{cfg['seed']}" / "metrics.json")
+    got = finalize(tmp_path, log=lambda m: None)
+    want = json.loads((run / "metrics.json").read_text())
+    assert without_notes(got["metrics"]) == without_notes(want["metrics"])
+    assert json.loads(json.dumps(got["success"])) == want["success"]
+
+
+def test_results_holds_the_pretraining_table():
+    if not PRETRAINING_RUNS:
+        pytest.fail(f"no committed run folder under {PRETRAINING}")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pretraining_table.py")], check=True, cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    results = (ROOT / "docs" / "RESULTS.md").read_text()
+    missing = [row for row in out.strip().splitlines() if row not in results]
+    assert missing == [], "RESULTS.md lacks these rows of pretraining_table.py's table (paste its output)"
