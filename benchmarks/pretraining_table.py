@@ -44,8 +44,8 @@ def table(results: Path = RESULTS) -> str:
     if not found:
         raise SystemExit(f"no committed run folders (<arm>/s<seed>/<method>/metrics.json) under {results}")
     lines = [f"| method | start | seeds | FWT, {' / '.join(sorted(fwt))} | NBT | AUC | final |", "|---" * 7 + "|"]
-    order = list(NAMES)
-    for m, arm in sorted(found, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), list(ARMS).index(k[1]))):
+    rank = {k: i for i, k in enumerate(NAMES)}
+    for m, arm in sorted(found, key=lambda k: (rank.get(k[0], len(rank)), list(ARMS).index(k[1]))):
         v = found[m, arm]
         cells = [f"{100 * np.mean(v[k]):.1f}" + (f" \u00b1 {100 * np.std(v[k]):.1f}" if len(v[k]) > 1 else "")
                  for k in ("fwt", "nbt", "auc", "final")]

@@ -436,8 +436,6 @@ def action_level_phase(run_dir, *, n_windows: int | None = None, batch_size: int
     for m in cfg.methods:
         for s in cfg.seeds:
             tdir = run_dir / "train" / f"{m}_s{s}"
-            if not tdir.exists():  # a merged folder's methods x seeds holds runs none of its sources made
-                continue
             stages = finished_stages(tdir)
             last = [c for c in (stage_checkpoints(tdir, train_config(cfg, m, s), len(tasks), m) if stages else [])
                     if c.stage == len(tasks) - 1]
@@ -450,7 +448,7 @@ def action_level_phase(run_dir, *, n_windows: int | None = None, batch_size: int
     if absent:
         log(f"action level: no final checkpoint for {', '.join(absent)}")
     if not cks:
-        if out.exists():  # e.g. a merged folder whose sources' checkpoints are gone
+        if out.exists():  # e.g. a run folder whose checkpoints were deleted
             return battery.read_action_level(out), f"no final checkpoint under train/; using the existing {battery.FILE}"
         return None, "no final checkpoint under train/"
     policy = make_policy(first)

@@ -40,11 +40,10 @@ def has_demos(demos_dir: str, task) -> bool:
 def open_dataset(demos_dir: str, tasks, mode: str, seq_len: int) -> SequenceDataset:
     """Windows over the demo files of `tasks` (file_index = position in `tasks`)."""
     paths = [demo_path(demos_dir, t) for t in tasks]
-    for t in tasks:
-        if not has_demos(demos_dir, t):
+    for t, p in zip(tasks, paths):
+        if not has_demos(demos_dir, t):  # also: a missing file is named
             raise DataFileError("the collection kept no demos (the oracle never solved this task): leave the task out "
-                                "(n_tasks, order) or set train.missing_demos: skip", file=demo_path(demos_dir, t),
-                                task=t.name, field="data")
+                                "(n_tasks, order) or set train.missing_demos: skip", file=p, task=t.name, field="data")
     return SequenceDataset(paths, seq_len=seq_len, obs_keys=tuple(OBS_KEYS[mode]), pad_end=True)
 
 
