@@ -208,7 +208,7 @@ def libero_way(spec, checkpoints, policy, embeddings, n_envs: int):
 
 # ------------------------------------------------------------------------------------ (b) the grid
 def grid_way(spec, checkpoints, policy, embeddings):
-    from clbench_jax.eval.grid import run_grid
+    from clbench_jax.eval.grid_runner import run_grid
 
     with tempfile.TemporaryDirectory() as tmp:
         run_grid(spec, checkpoints, policy, f"{tmp}/warm", embeddings=embeddings, progress=False)  # compile

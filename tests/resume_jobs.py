@@ -97,7 +97,7 @@ def main(job: str, folder: str, demos: str = "") -> None:
         loop.Evaluator.__call__ = evaluate
         loop.run_lifelong(train_config(demos), folder, progress=False)
     elif job == "grid":
-        from clbench_jax.eval import grid as G
+        from clbench_jax.eval.grid_runner import run_grid
         from clbench_jax.sim import rollout
 
         calls, real = [0], rollout.rollout
@@ -110,5 +110,5 @@ def main(job: str, folder: str, demos: str = "") -> None:
 
         rollout.rollout = run
         spec, cks, policy, emb = grid_setup()
-        G.run_grid(spec, cks, policy, folder, embeddings=emb, progress=False)
+        run_grid(spec, cks, policy, folder, embeddings=emb, progress=False)
     raise SystemExit("the job finished: it should have been killed")

@@ -29,6 +29,7 @@ SCRIPT = textwrap.dedent("""
     if n_proc > 1:
         jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=n_proc, process_id=pid)
     from clbench_jax.eval import grid as G
+    from clbench_jax.eval.grid_runner import run_grid
     from clbench_jax.lifelong.loop import scene_for
     from clbench_jax.policies import make_bc_transformer
     from clbench_jax.policies.act import obs_spec
@@ -52,7 +53,7 @@ SCRIPT = textwrap.dedent("""
     while pid == 1 and not (pathlib.Path(out_dir) / "chunks" / "00000.h5").exists() and time.time() - t < 60:
         time.sleep(0.2)  # a late host: starts once host 0 has written chunk 0 (or after 60 s, if host 0 waits for it)
     waited, ran = round(time.time() - t, 1), []
-    cols = G.run_grid(spec, cks, policy, out_dir, embeddings=emb, n_devices=1, progress=False, on_chunk=ran.append)
+    cols = run_grid(spec, cks, policy, out_dir, embeddings=emb, n_devices=1, progress=False, on_chunk=ran.append)
     print(json.dumps({"process": [jax.process_index(), jax.process_count()], "chunks": ran,
                       "n_chunks": len(G.plan(spec, cks)), "rows": None if cols is None else len(cols["status"]),
                       "waited": waited}))

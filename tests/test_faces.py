@@ -140,6 +140,7 @@ def test_floors_run_the_battery_for_real(tmp_path):
     from dataclasses import replace
 
     from clbench_jax.eval import grid as G
+    from clbench_jax.eval.grid_runner import run_grid
     from clbench_jax.eval.floors import FLOORS, FloorPolicy, floor_episode_files, floor_fn, run_floors
     from clbench_jax.tasks.suites import suite_tasks
 
@@ -164,7 +165,7 @@ def test_floors_run_the_battery_for_real(tmp_path):
     assert len(episodes.read_columns(tmp_path / "floors" / "random-motion" / "shared" / "episodes.h5")[0]["task"]) \
         == 2 * 2 * 2  # two variants per task ran
     # the copies against every variant run
-    ref = G.run_grid(replace(spec, obs="state"), [G.Checkpoint("random-motion", 0, 1, lambda j: {"floor": np.zeros(1)})],
+    ref = run_grid(replace(spec, obs="state"), [G.Checkpoint("random-motion", 0, 1, lambda j: {"floor": np.zeros(1)})],
                      FloorPolicy("random-motion"), tmp_path / "every", embeddings=[np.zeros((5, 384))] * 2,
                      progress=False, policy_fn=floor_fn("random-motion"))
     order = lambda c: np.lexsort((c["rollout"], c["variant"], c["task"]))  # noqa: E731

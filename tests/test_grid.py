@@ -15,6 +15,7 @@ import pytest
 
 from clbench_jax.errors import ClbenchError
 from clbench_jax.eval import grid as G
+from clbench_jax.eval.grid_runner import run_grid
 from clbench_jax.eval.episodes import read_columns
 
 TINY = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, seq_len=4, gmm_hidden=(32,),
@@ -65,7 +66,7 @@ def setup():
 def full(setup, tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
     s = setup
-    return out, G.run_grid(s["spec"], s["cks"], s["policy"], out, embeddings=s["emb"], progress=False)
+    return out, run_grid(s["spec"], s["cks"], s["policy"], out, embeddings=s["emb"], progress=False)
 
 
 def test_cells_rows_and_outcomes(setup, full):
@@ -132,13 +133,13 @@ def test_resume_after_interruption_is_identical(setup, full, tmp_path):
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        G.run_grid(s["spec"], s["cks"], s["policy"], tmp_path, embeddings=s["emb"], progress=False,
+        run_grid(s["spec"], s["cks"], s["policy"], tmp_path, embeddings=s["emb"], progress=False,
                    on_chunk=stop_after_two)
     done = sorted(p.name for p in (tmp_path / "chunks").iterdir())
     assert done == ["00000.h5", "00001.h5"] and not (tmp_path / "episodes.h5").exists()
     mtime = (tmp_path / "chunks" / "00000.h5").stat().st_mtime_ns
     ran = []
-    cols = G.run_grid(s["spec"], s["cks"], s["policy"], tmp_path, embeddings=s["emb"], progress=False,
+    cols = run_grid(s["spec"], s["cks"], s["policy"], tmp_path, embeddings=s["emb"], progress=False,
                       on_chunk=ran.append)
     assert ran == [2, 3, 4, 5, 6] and (tmp_path / "chunks" / "00000.h5").stat().st_mtime_ns == mtime
     for k, v in full[1].items():
@@ -177,7 +178,7 @@ def test_refuses_another_grid_in_its_folder(setup, full):
     other = G.GridSpec(tasks=s["spec"].tasks, variants=s["spec"].variants, n_rollouts=R, horizon=H + 1, chunk=4,
                        max_per_condition=1, final_only=("occ",))
     with pytest.raises(ClbenchError, match="another grid"):
-        G.run_grid(other, s["cks"], s["policy"], full[0], embeddings=s["emb"], progress=False)
+        run_grid(other, s["cks"], s["policy"], full[0], embeddings=s["emb"], progress=False)
 
 
 def test_a_grid_written_under_other_physics_is_another_grid(setup, full, monkeypatch):
@@ -187,7 +188,7 @@ def test_a_grid_written_under_other_physics_is_another_grid(setup, full, monkeyp
     s = setup
     monkeypatch.setattr(scene_mod, "PHYSICS_REVISION", scene_mod.PHYSICS_REVISION + 1)
     with pytest.raises(ClbenchError, match="another grid"):
-        G.run_grid(s["spec"], s["cks"], s["policy"], full[0], embeddings=s["emb"], progress=False)
+        run_grid(s["spec"], s["cks"], s["policy"], full[0], embeddings=s["emb"], progress=False)
 
 
 def test_variants_from_file():
@@ -221,4 +222,4 @@ def test_settings_errors_stop_the_grid(setup, tmp_path):
                        (dict(variants=(s["spec"].variants[0][1:], s["spec"].variants[1])), "grid.variants")):
         spec = G.GridSpec(**{**dict(tasks=s["spec"].tasks, variants=s["spec"].variants), **bad})
         with pytest.raises(ClbenchError, match=field):
-            G.run_grid(spec, s["cks"], s["policy"], tmp_path / field, embeddings=s["emb"], progress=False)
+            run_grid(spec, s["cks"], s["policy"], tmp_path / field, embeddings=s["emb"], progress=False)

@@ -15,6 +15,8 @@ import pytest
 from clbench_jax.errors import ClbenchError
 from clbench_jax.eval import chunk_size as C
 from clbench_jax.eval import grid as G
+from clbench_jax.eval.grid_folder import pending_chunks
+from clbench_jax.eval.grid_runner import run_grid
 
 TINY = dict(embed_dim=16, num_layers=1, num_heads=2, head_dim=8, mlp_dim=32, seq_len=4, gmm_hidden=(32,),
             gmm_modes=3)
@@ -123,7 +125,7 @@ def setup():
 
 
 def _run(s, chunk, out, **kw):
-    return G.run_grid(s["spec"](chunk), s["cks"], s["policy"], out, embeddings=s["emb"], progress=False, **kw)
+    return run_grid(s["spec"](chunk), s["cks"], s["policy"], out, embeddings=s["emb"], progress=False, **kw)
 
 
 def _same_rows(cols, ref):
@@ -160,7 +162,7 @@ def test_auto_under_a_small_budget_gives_the_same_rows(setup, whole, tmp_path, m
     free = 2 * (fixed + 4 * per)  # room for 4 episodes at the safety fraction 0.5: 2 groups -> 3 chunks of 2
     _budget(monkeypatch, free)
     cols = _run(s, "auto", tmp_path)
-    assert len(G.pending_chunks(tmp_path, 3)) == 0 and not (tmp_path / "chunks" / "00003.h5").exists()
+    assert len(pending_chunks(tmp_path, 3)) == 0 and not (tmp_path / "chunks" / "00003.h5").exists()
     doc = json.loads((tmp_path / "grid.json").read_text())
     rec = doc["chunk"]
     assert rec["requested"] == "auto" and rec["episodes"] == 4 and doc["spec"]["chunk"] == 4

@@ -317,6 +317,7 @@ def test_method_trains_through_the_lifelong_loop_on_a_frozen_pretrained_base(pre
     # the evaluation grid acts with each stage's per-task parameters (TAIL's slot, IsCiL's / DMPEL's visible
     # library): every cell runs, none is a failed cell (the first LIBERO run failed all 825 for TAIL)
     from clbench_jax.eval import grid as G
+    from clbench_jax.eval.grid_runner import run_grid
     from clbench_jax.eval.episodes import read_columns
     from clbench_jax.eval.run import stage_checkpoints
     from clbench_jax.lifelong.loop import make_policy
@@ -326,7 +327,7 @@ def test_method_trains_through_the_lifelong_loop_on_a_frozen_pretrained_base(pre
     spec = G.GridSpec(tasks=tasks, variants=tuple((G.original_variant(t),) for t in tasks), n_rollouts=1, horizon=3,
                       chunk=8)
     cks = stage_checkpoints(out, cfg, K, method)
-    G.run_grid(spec, cks, make_policy(cfg), tmp_path / "grid", lang=cfg.lang, suite=SUITE, progress=False)
+    run_grid(spec, cks, make_policy(cfg), tmp_path / "grid", lang=cfg.lang, suite=SUITE, progress=False)
     cols, _ = read_columns(tmp_path / "grid" / "episodes.h5")
     assert len(cols["status"]) == 3 and set(map(str, cols["status"])) == {"ok"}
 

@@ -71,6 +71,7 @@ def test_grid_evaluates_a_checkpoint_on_a_pro_suite(tmp_path):
     import numpy as np
 
     from clbench_jax.eval import grid as G
+    from clbench_jax.eval.grid_runner import run_grid
     from clbench_jax.lifelong.loop import scene_for
     from clbench_jax.policies import make_bc_transformer
     from clbench_jax.policies.act import obs_spec
@@ -92,7 +93,7 @@ def test_grid_evaluates_a_checkpoint_on_a_pro_suite(tmp_path):
     try:
         for backend in ("native", "libero"):
             spec = G.GridSpec(tasks=tasks, variants=variants, n_rollouts=2, horizon=6, chunk=2, backend=backend)
-            cols[backend] = G.run_grid(spec, cks, policy, tmp_path / backend, embeddings=emb, progress=False)
+            cols[backend] = run_grid(spec, cks, policy, tmp_path / backend, embeddings=emb, progress=False)
     finally:
         libero_backend.close_pool()
     for c in cols.values():

@@ -129,10 +129,11 @@ def test_training_killed_mid_stage_resumes_to_the_same_weights(reference_demos, 
 
 def test_grid_killed_mid_chunk_resumes_to_the_same_episodes(tmp_path):
     from clbench_jax.eval import grid as G
+    from clbench_jax.eval.grid_runner import run_grid
     from clbench_jax.eval.episodes import read_columns
 
     spec, cks, policy, emb = jobs.grid_setup()
-    full = G.run_grid(spec, cks, policy, tmp_path / "full", embeddings=emb, progress=False)
+    full = run_grid(spec, cks, policy, tmp_path / "full", embeddings=emb, progress=False)
     assert 0 < full["success"].sum() < full["success"].size  # the contrast's goal holds; the originals fail
     assert len(G.plan(spec, cks)) == 3
 
@@ -145,7 +146,7 @@ def test_grid_killed_mid_chunk_resumes_to_the_same_episodes(tmp_path):
         f.truncate(f.seek(0, 2) // 2)
     (killed / "grid.json").write_text('{"fingerprint": "abc", "tasks": [')
     ran = []
-    cols = G.run_grid(spec, cks, policy, killed, embeddings=emb, progress=False, on_chunk=ran.append)
+    cols = run_grid(spec, cks, policy, killed, embeddings=emb, progress=False, on_chunk=ran.append)
     assert ran == [1, 2] and (chunks / "00000.h5").stat().st_mtime_ns == kept
     for k, v in full.items():
         np.testing.assert_array_equal(cols[k], v, err_msg=k)

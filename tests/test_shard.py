@@ -13,6 +13,7 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
     from clbench_jax.eval import grid as G
+    from clbench_jax.eval.grid_runner import run_grid
     from clbench_jax.lifelong.loop import scene_for
     from clbench_jax.policies import make_bc_transformer
     from clbench_jax.policies.act import obs_spec
@@ -37,7 +38,7 @@ SCRIPT = textwrap.dedent("""
     assert len(G.plan(spec, cks)) == 7
     out = {}
     for d in (4, 1):
-        out[d] = G.run_grid(spec, cks, policy, f"{sys.argv[1]}/d{d}", embeddings=emb, n_devices=d, progress=False)
+        out[d] = run_grid(spec, cks, policy, f"{sys.argv[1]}/d{d}", embeddings=emb, n_devices=d, progress=False)
     # exact for every count, flag and step; float diagnostics (motion maxima) to rtol 1e-4: XLA does not promise
     # bit-identical floats when the batch is split differently (a fresh-clone run differed in ee_disp_max)
     same = lambda a, b: np.allclose(a, b, rtol=1e-4, atol=1e-6) if a.dtype.kind == "f" else np.array_equal(a, b)

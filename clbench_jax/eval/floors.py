@@ -67,7 +67,8 @@ def run_floors(spec, out_dir, floors, *, n_devices: int | None = None, progress:
                on_chunk=None) -> dict[str, Path]:
     """Run (or resume) each floor's grid over `spec` (every task, every variant) into out_dir/<floor>/ ->
     {floor: its episode file}."""
-    from clbench_jax.eval.grid import Checkpoint, run_grid
+    from clbench_jax.eval.grid import Checkpoint
+    from clbench_jax.eval.grid_runner import run_grid
 
     from clbench_jax.eval import episodes
     from clbench_jax.eval.grid import STOP_AT_GOAL, evaluated, variant_columns

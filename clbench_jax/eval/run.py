@@ -300,7 +300,9 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     log = log or tqdm.write  # phase lines above the progress bars
 
     from clbench_jax.data.collect import CollectConfig, collect_tasks
-    from clbench_jax.eval.grid import pending_chunks, plan, run_grid
+    from clbench_jax.eval.grid import plan
+    from clbench_jax.eval.grid_folder import pending_chunks
+    from clbench_jax.eval.grid_runner import run_grid
     from clbench_jax.lifelong.loop import make_policy, run_lifelong
     from clbench_jax.lifelong.pretrain import check_pretrained
 
@@ -345,7 +347,7 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     # Fix the chunk size now (grid.json; a resumed grid keeps its own) so the grid's real unit count, its pending
     # chunks, can replace its stand-in on the overall bar.
     from clbench_jax.eval import shard
-    from clbench_jax.eval.grid import open_folder
+    from clbench_jax.eval.grid_folder import open_folder
 
     (out / "grid").mkdir(exist_ok=True)
     n_dev = shard.device_mesh(grid_settings(cfg)["devices"]).size
