@@ -88,3 +88,39 @@ def test_results_holds_the_pretraining_table():
     results = (ROOT / "docs" / "RESULTS.md").read_text()
     missing = [row for row in out.strip().splitlines() if row not in results]
     assert missing == [], "RESULTS.md lacks these rows of pretraining_table.py's table (paste its output)"
+
+
+COMMITTED_BASE = ROOT / "docs" / "results" / "libero_90_state_base"  # clbench pretrain's folder, checkpoints dropped
+
+
+def test_the_peft_config_starts_from_the_committed_libero_90_base(monkeypatch):
+    """configs/evidence_libero_goal_peft.yaml names the committed base; it passes the pretrained checks for each of
+    the four methods' configs and restores into every leaf of the adapted policy's base, finite and equal to the
+    stored base (not the placeholder it replaces)."""
+    import jax
+    import numpy as np
+
+    from clbench_jax.eval.chunk_size import param_shapes
+    from clbench_jax.eval.run import load_run_config, train_config
+    from clbench_jax.lifelong.checkpoints import StageCheckpoints
+    from clbench_jax.lifelong.loop import DEFAULT_SEQ_LEN, make_policy
+    from clbench_jax.lifelong.pretrain import check_pretrained, load_pretrained
+    from clbench_jax.tasks.suites import ordered_tasks
+
+    monkeypatch.chdir(ROOT)  # config paths are relative to the repository root, as `clbench run` is run from it
+    cfg = load_run_config("configs/evidence_libero_goal_peft.yaml", methods=["tail"])  # one method per run folder
+    for method in ("l2m", "tail", "iscil", "dmpel"):
+        tcfg = train_config(cfg, method, 0)
+        assert Path(tcfg.pretrained).resolve() == COMMITTED_BASE
+        check_pretrained(tcfg)
+    policy = make_policy(train_config(cfg, "tail", 0))
+    shapes = param_shapes(policy, ordered_tasks(cfg.suite, 0)[0].scene, "state", 128, DEFAULT_SEQ_LEN, 384)
+    params = jax.tree.map(lambda s: np.full(s.shape, np.nan, s.dtype), shapes)
+    loaded = load_pretrained(train_config(cfg, "tail", 0), policy, params)["base"]
+    store = StageCheckpoints(str(COMMITTED_BASE / "base"))
+    stored = store.manager.restore(0)["arrays"]["params"]
+    store.close()
+    got, want = jax.tree_util.tree_leaves_with_path(loaded), jax.tree_util.tree_leaves_with_path(stored)
+    assert [p for p, _ in got] == [p for p, _ in want]
+    for (path, x), (_, y) in zip(got, want):
+        assert np.isfinite(x).all() and np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
