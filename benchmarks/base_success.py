@@ -39,12 +39,14 @@ def main(argv=None) -> None:
 
 
 def base_evaluator(base: str, n: int, horizon: int, names=None):
-    """-> (tasks, evaluator, params, trained names): the base's parameters and the loop's Evaluator over its suite."""
+    """-> (cfg, tasks, evaluator, params, trained task names): the base's parameters and the loop's Evaluator over its
+    suite."""
     import jax
     import numpy as np
 
     from clbench_jax.algos import make_algorithm
     from clbench_jax.eval.chunk_size import param_shapes
+    from clbench_jax.language import EMBED_DIM
     from clbench_jax.lifelong.config import load_config
     from clbench_jax.lifelong.loop import (DEFAULT_SEQ_LEN, Evaluator, derive_key, make_policy, run_tasks,
                                            task_embeddings)
@@ -58,7 +60,7 @@ def base_evaluator(base: str, n: int, horizon: int, names=None):
         raise SystemExit(f"unknown task(s) for suite {cfg.suite}: {sorted(set(names) - known)}")
     policy = make_policy(cfg)
     shapes = param_shapes(policy, tasks[0].scene, cfg.obs, cfg.image_size, getattr(policy.cfg, "seq_len",
-                                                                                 DEFAULT_SEQ_LEN), 384)
+                                                                                 DEFAULT_SEQ_LEN), EMBED_DIM)
     params = load_pretrained(cfg, policy, jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
     ev = Evaluator(cfg, policy, make_algorithm("seqft"), tasks, task_embeddings(tasks, cfg),
                    derive_key(jax.random.PRNGKey(cfg.seed), "base_success"), progress=True)

@@ -102,6 +102,7 @@ def test_the_peft_config_starts_from_the_committed_libero_90_base(monkeypatch):
 
     from clbench_jax.eval.chunk_size import param_shapes
     from clbench_jax.eval.run import load_run_config, train_config
+    from clbench_jax.language import EMBED_DIM
     from clbench_jax.lifelong.checkpoints import StageCheckpoints
     from clbench_jax.lifelong.loop import DEFAULT_SEQ_LEN, make_policy
     from clbench_jax.lifelong.pretrain import check_pretrained, load_pretrained
@@ -114,7 +115,7 @@ def test_the_peft_config_starts_from_the_committed_libero_90_base(monkeypatch):
         assert Path(tcfg.pretrained).resolve() == COMMITTED_BASE
         check_pretrained(tcfg)
     policy = make_policy(train_config(cfg, "tail", 0))
-    shapes = param_shapes(policy, ordered_tasks(cfg.suite, 0)[0].scene, "state", 128, DEFAULT_SEQ_LEN, 384)
+    shapes = param_shapes(policy, ordered_tasks(cfg.suite, 0)[0].scene, "state", 128, DEFAULT_SEQ_LEN, EMBED_DIM)
     params = jax.tree.map(lambda s: np.full(s.shape, np.nan, s.dtype), shapes)
     loaded = load_pretrained(train_config(cfg, "tail", 0), policy, params)["base"]
     store = StageCheckpoints(str(COMMITTED_BASE / "base"))
