@@ -55,6 +55,7 @@ def test_results_holds_the_cross_seed_table_of_the_committed_merge(merged):
     results = (ROOT / "docs" / "RESULTS.md").read_text()
     missing = [row for row in out.strip().splitlines() if row not in results]
     assert missing == [], "RESULTS.md lacks these rows of the committed merge's table (paste the --table output)"
+    assert out.strip() in results, "RESULTS.md has the rows, not the table as one block (stale rows between them?)"
 
 
 PRETRAINING = ROOT / "docs" / "results" / "pretraining_libero_10"  # seed 001's Fig. 5 experiment

@@ -322,6 +322,18 @@ def test_report_merges_seed_folders(tmp_path):
     with pytest.raises(ClbenchError, match="run config differs") as e:
         merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "d"])
     assert "d/config.yaml" in str(e.value)
+    # runs from two bases (one rebuilt by the same recipe) merge and the merged config names each run's base; a
+    # run from a base never merges with one from scratch
+    _merge_source(tmp_path / "e", 0, spec, dict(cfg, train={"lr": 1, "pretrained": "bases/first"}))
+    _merge_source(tmp_path / "f", 1, spec, dict(cfg, seeds=[1], train={"lr": 1, "pretrained": "bases/s{seed}"}))
+    merged = yaml.safe_load((merge_runs(tmp_path / "ef", [tmp_path / "e", tmp_path / "f"]) / "config.yaml").read_text())
+    assert merged["pretrained_by_run"] == {"seqft_s0": "bases/first", "seqft_s1": "bases/s1"}
+    assert merged["train"] == {"lr": 1, "pretrained": "bases/first"}
+    merged = yaml.safe_load((merge_runs(tmp_path / "ab", [tmp_path / "a", tmp_path / "b"]) / "config.yaml").read_text())
+    assert "pretrained_by_run" not in merged
+    with pytest.raises(ClbenchError, match="from scratch") as e:
+        merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "f"])
+    assert e.value.field == "train.pretrained"
 
 
 def test_eval_modules_import_one_way():

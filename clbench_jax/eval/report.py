@@ -100,9 +100,10 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     on different machines or at different times) into `out_dir` -> out_dir (report it with eval.run.report).
 
     The grids must agree on tasks, the variants' goal columns and the grid settings, and the folders' config.yaml
-    on everything but methods and seeds. out_dir gets grid/episodes.h5 (the sources' episodes, concatenated),
-    config.yaml (methods and seeds united), train/ links to the sources' runs, the floors of the first source that
-    has each (they depend only on the grid), the sources' action-level results united (so runs whose checkpoints
+    on everything but methods, seeds and the pretrained base's path (runs from a base never merge with runs from
+    scratch). out_dir gets grid/episodes.h5 (the sources' episodes, concatenated), config.yaml (methods and seeds
+    united; `pretrained_by_run` names each run's base where they differ), train/ links to the sources' runs, the
+    floors of the first source that has each (they depend only on the grid), the sources' action-level results united (so runs whose checkpoints
     are gone keep theirs), and a grid.json whose fingerprint names the sources, so `clbench run` there refuses to
     start a new grid over the merged one."""
     import yaml
@@ -127,11 +128,18 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
         configs.append((cfg, yaml.safe_load(cfg.read_text()) if cfg.exists() else None))
         parts.append(cols)
         metas.append(meta)
-    strip = lambda c: {k: v for k, v in c.items() if k not in ("methods", "seeds")}  # noqa: E731
     for cfg, c in configs[1:]:
-        if c is not None and configs[0][1] is not None and strip(c) != strip(configs[0][1]):
-            raise ClbenchError(f"its run config differs from {configs[0][0]} (beyond methods and seeds)",
-                               file=str(cfg))
+        if c is not None and configs[0][1] is not None and _comparable(c) != _comparable(configs[0][1]):
+            raise ClbenchError(f"its run config differs from {configs[0][0]} (beyond methods, seeds and the "
+                               "pretrained base's path)", file=str(cfg))
+    # Runs from different bases (a base rebuilt by the same recipe, or one per seed) merge, each named; runs from a
+    # base never merge with runs from scratch: that is another experiment.
+    config_of = {src: c for src, (_, c) in zip(map(Path, sources), configs)}
+    bases = {f"{m}_s{s}": _base_of(config_of[src], s) for (m, s), src in owner.items()
+             if config_of[src] is not None}
+    if len({b is None for b in bases.values()}) > 1:
+        raise ClbenchError("some runs start from a pretrained base and some from scratch: another experiment, not "
+                           "another seed", file=str(configs[0][0]), field="train.pretrained")
     acts = [(p, battery.read_action_level(p)) for p in (src / battery.FILE for src in map(Path, sources)) if p.exists()]
     # Each run's action level is measured on the demos it trained on, so runs whose demo files differ merge (the
     # oracle's demos are byte-identical on one machine, not across machines): the merged file names each run's set.
@@ -159,6 +167,8 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     if configs[0][1] is not None:
         merged = dict(configs[0][1], methods=list(dict.fromkeys(m for m, _ in owner)),
                       seeds=sorted({s for _, s in owner}))
+        if len(set(bases.values())) > 1:
+            merged["pretrained_by_run"] = bases
         write_text(out / "config.yaml", yaml.safe_dump(merged, sort_keys=False))
     from clbench_jax.eval.floors import floor_episode_files
 
@@ -172,6 +182,20 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
             cols, meta = episodes.read_columns(path)
             episodes.write_columns(out / "floors" / kind / "episodes.h5", cols, meta)
     return out
+
+
+def _comparable(c: dict) -> dict:
+    """What a run config must share with another to merge: all but its methods, seeds and its base's path."""
+    c = {k: v for k, v in c.items() if k not in ("methods", "seeds")}
+    if isinstance(c.get("train"), dict):
+        c["train"] = {k: v for k, v in c["train"].items() if k != "pretrained"}
+    return c
+
+
+def _base_of(c: dict | None, seed: int) -> str | None:
+    """The pretrained base a run config's seed started from (its `{seed}` filled in, as the run does), or None."""
+    base = ((c or {}).get("train") or {}).get("pretrained")
+    return None if base is None else str(base).replace("{seed}", str(seed))
 
 
 LANGUAGE = {"contrast": ("target_sr", "gsa", "original_persistence"), "collision": ("ogp", "cgar", "air")}
