@@ -5,7 +5,9 @@ LIBERO-90 base, one row per method and arm, from the committed run folders.
 
 Each `clbench run configs/pretraining_libero_10.yaml [--pretrained ...]` folder is committed as
 <results>/<arm>/s<seed>/<method>/{config.yaml, metrics.json, report.md, episodes.h5, train_metrics.json, *.png};
-its metrics.json (the grid's success matrix, 5 rollouts per cell) gives the row. Seeds of one method and arm are
+<arm> is scratch, libero_90 (the committed base, docs/results/libero_90_state_base) or libero_90_first (the first
+base, lost with its session); each run's config.yaml must name its arm's base. Its metrics.json (the grid's
+success matrix, 5 rollouts per cell) gives the row. Seeds of one method and arm are
 averaged here (mean +- std over seeds, as the report does). tests/test_committed_results.py checks that RESULTS
 holds this table and that each metrics.json is what the report makes of the committed episodes.
 """
@@ -20,16 +22,26 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "pretraining_libero_10"
-ARMS = {"scratch": "from scratch", "libero_90": "LIBERO-90 base"}
+# arm folder -> (the table's label, the base its runs' config.yaml must name). The first base lived in a session's
+# runs/ and is gone; its runs stay, labelled, beside those of the committed base rebuilt by the same recipe.
+ARMS = {"scratch": ("from scratch", None),
+        "libero_90_first": ("first LIBERO-90 base (lost)", "runs/pretrained/libero_90_state"),
+        "libero_90": ("LIBERO-90 base (committed)", "docs/results/libero_90_state_base")}
 NAMES = {"seqft": "SeqFT", "er": "ER", "packnet": "PackNet"}
 
 
 def rows(results: Path) -> tuple[dict, set]:
     """(method, arm) -> {metric: per-seed values} from <results>/<arm>/s<seed>/<method>/metrics.json, and the
     FWT definitions those files used."""
+    import yaml
+
     out, fwt = {}, set()
-    for arm in ARMS:
+    for arm, (_, base) in ARMS.items():
         for f in sorted((results / arm).glob("s[0-9]*/*/metrics.json")):
+            named = (yaml.safe_load((f.parent / "config.yaml").read_text()).get("train") or {}).get("pretrained")
+            if named != base:
+                raise SystemExit(f"{f.parent / 'config.yaml'}: train.pretrained is {named!r}, but the {arm} arm's "
+                                 f"runs start from {base!r}")
             doc = json.loads(f.read_text())
             fwt.add(doc["fwt_definition"])
             for m, r in doc["metrics"].items():
@@ -49,7 +61,7 @@ def table(results: Path = RESULTS) -> str:
         v = found[m, arm]
         cells = [f"{100 * np.mean(v[k]):.1f}" + (f" \u00b1 {100 * np.std(v[k]):.1f}" if len(v[k]) > 1 else "")
                  for k in ("fwt", "nbt", "auc", "final")]
-        lines.append(f"| {NAMES.get(m, m)} | {ARMS[arm]} | {len(v['auc'])} | " + " | ".join(cells) + " |")
+        lines.append(f"| {NAMES.get(m, m)} | {ARMS[arm][0]} | {len(v['auc'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -89,6 +89,7 @@ def test_results_holds_the_pretraining_table():
     results = (ROOT / "docs" / "RESULTS.md").read_text()
     missing = [row for row in out.strip().splitlines() if row not in results]
     assert missing == [], "RESULTS.md lacks these rows of pretraining_table.py's table (paste its output)"
+    assert out.strip() in results, "RESULTS.md has the rows, not the table as one block (stale rows between them?)"
 
 
 COMMITTED_BASE = ROOT / "docs" / "results" / "libero_90_state_base"  # clbench pretrain's folder, checkpoints dropped
