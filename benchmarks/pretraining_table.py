@@ -2,6 +2,7 @@
 LIBERO-90 base, one row per method and arm, from the committed run folders.
 
     python benchmarks/pretraining_table.py     # docs/RESULTS.md's table, from docs/results/pretraining_libero_10/
+    python benchmarks/pretraining_table.py --plot docs/results/pretraining_libero_10/fig5.png   # and its bars
 
 Each `clbench run configs/pretraining_libero_10.yaml [--pretrained ...]` folder is committed as
 <results>/<arm>/s<seed>/<method>/{config.yaml, metrics.json, report.md, episodes.h5, train_metrics.json, *.png};
@@ -65,10 +66,43 @@ def table(results: Path = RESULTS) -> str:
     return "\n".join(lines)
 
 
+def plot(results: Path, path: Path) -> None:
+    """Seed 001's Fig. 5 as bars: FWT, NBT and AUC per method, one bar per arm (mean, +- std over seeds)."""
+    from clbench_jax.eval.report import _plt
+
+    found, _ = rows(results)
+    plt = _plt()
+    methods = [m for m in NAMES if any(k[0] == m for k in found)]
+    arms = [a for a in ARMS if any(k[1] == a for k in found)]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
+    width = 0.8 / len(arms)
+    for ax, metric in zip(axes, ("fwt", "nbt", "auc")):
+        for i, arm in enumerate(arms):
+            vals = [found.get((m, arm), {}).get(metric, []) for m in methods]
+            ax.bar([j + (i - (len(arms) - 1) / 2) * width for j in range(len(methods))],
+                   [100 * np.mean(v) if v else np.nan for v in vals], width,
+                   yerr=[100 * np.std(v) if len(v) > 1 else 0 for v in vals] if any(len(v) > 1 for v in vals)
+                   else None, label=ARMS[arm][0], capsize=3)
+        ax.set_xticks(range(len(methods)), [NAMES[m] for m in methods])
+        ax.set_title(metric.upper() + (" (lower is better)" if metric == "nbt" else ""))
+        ax.axhline(0, color="k", lw=0.5)
+    axes[0].set_ylabel("% (libero_10, 9 tasks)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=RESULTS, help="the committed folders (default: %(default)s)")
-    print(table(ap.parse_args(argv).results))
+    ap.add_argument("--plot", type=Path, default=None,
+                    help="also draw the bars of FWT / NBT / AUC per method and arm to this PNG "
+                         "(docs/results/pretraining_libero_10/fig5.png is made so)")
+    a = ap.parse_args(argv)
+    print(table(a.results))
+    if a.plot:
+        plot(a.results, a.plot)
 
 
 if __name__ == "__main__":
