@@ -81,7 +81,7 @@ def test_pretraining_run_metrics_are_the_report_of_its_committed_episodes(tmp_pa
     assert json.loads(json.dumps(got["success"])) == want["success"]
 
 
-def test_results_holds_the_pretraining_table():
+def test_results_holds_the_pretraining_table(tmp_path):
     if not PRETRAINING_RUNS:
         pytest.fail(f"no committed run folder under {PRETRAINING}")
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pretraining_table.py")], check=True, cwd=ROOT,
@@ -90,6 +90,10 @@ def test_results_holds_the_pretraining_table():
     missing = [row for row in out.strip().splitlines() if row not in results]
     assert missing == [], "RESULTS.md lacks these rows of pretraining_table.py's table (paste its output)"
     assert out.strip() in results, "RESULTS.md has the rows, not the table as one block (stale rows between them?)"
+    # and its bars draw, one group per method with a bar per arm that has runs
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pretraining_table.py"), "--plot", str(tmp_path / "f.png")],
+                   check=True, cwd=ROOT, capture_output=True)
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 COMMITTED_BASE = ROOT / "docs" / "results" / "libero_90_state_base"  # clbench pretrain's folder, checkpoints dropped
