@@ -91,8 +91,8 @@ def test_results_holds_the_pretraining_table(tmp_path):
     assert missing == [], "RESULTS.md lacks these rows of pretraining_table.py's table (paste its output)"
     assert out.strip() in results, "RESULTS.md has the rows, not the table as one block (stale rows between them?)"
     # and its bars draw, one group per method with a bar per arm that has runs
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pretraining_table.py"), "--plot", str(tmp_path / "f.png")],
-                   check=True, cwd=ROOT, capture_output=True)
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pretraining_table.py"), "--plot",
+                    str(tmp_path / "f.png")], check=True, cwd=ROOT, capture_output=True)
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -331,9 +331,9 @@ def test_report_merges_seed_folders(tmp_path):
     assert merged["train"] == {"lr": 1, "pretrained": "bases/first"}
     merged = yaml.safe_load((merge_runs(tmp_path / "ab", [tmp_path / "a", tmp_path / "b"]) / "config.yaml").read_text())
     assert "pretrained_by_run" not in merged
-    with pytest.raises(ClbenchError, match="from scratch") as e:
+    with pytest.raises(ClbenchError, match="seqft seed 1 starts from a pretrained base and seqft seed 0 does not") as e:
         merge_runs(tmp_path / "x", [tmp_path / "a", tmp_path / "f"])
-    assert e.value.field == "train.pretrained"
+    assert e.value.field == "train.pretrained" and "f/config.yaml" in str(e.value)
 
 
 def test_eval_modules_import_one_way():

@@ -103,9 +103,9 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     on everything but methods, seeds and the pretrained base's path (runs from a base never merge with runs from
     scratch). out_dir gets grid/episodes.h5 (the sources' episodes, concatenated), config.yaml (methods and seeds
     united; `pretrained_by_run` names each run's base where they differ), train/ links to the sources' runs, the
-    floors of the first source that has each (they depend only on the grid), the sources' action-level results united (so runs whose checkpoints
-    are gone keep theirs), and a grid.json whose fingerprint names the sources, so `clbench run` there refuses to
-    start a new grid over the merged one."""
+    floors of the first source that has each (they depend only on the grid), the sources' action-level results
+    united (so runs whose checkpoints are gone keep theirs), and a grid.json whose fingerprint names the sources,
+    so `clbench run` there refuses to start a new grid over the merged one."""
     import yaml
 
     from clbench_jax.eval import battery, episodes
@@ -134,12 +134,18 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
                                "pretrained base's path)", file=str(cfg))
     # Runs from different bases (a base rebuilt by the same recipe, or one per seed) merge, each named; runs from a
     # base never merge with runs from scratch: that is another experiment.
+    from clbench_jax.lifelong.config import seed_base
+
     config_of = {src: c for src, (_, c) in zip(map(Path, sources), configs)}
-    bases = {f"{m}_s{s}": _base_of(config_of[src], s) for (m, s), src in owner.items()
-             if config_of[src] is not None}
-    if len({b is None for b in bases.values()}) > 1:
-        raise ClbenchError("some runs start from a pretrained base and some from scratch: another experiment, not "
-                           "another seed", file=str(configs[0][0]), field="train.pretrained")
+    starts = {(m, s): seed_base((config_of[src].get("train") or {}).get("pretrained"), s)
+              for (m, s), src in owner.items() if config_of[src] is not None}
+    for (m, s), base in starts.items():
+        (m0, s0), base0 = next(iter(starts.items()))
+        if (base is None) != (base0 is None):
+            raise ClbenchError(f"{m} seed {s} starts {'from scratch' if base is None else 'from a pretrained base'} "
+                               f"and {m0} seed {s0} does not: another experiment, not another seed",
+                               file=str(owner[m, s] / "config.yaml"), field="train.pretrained")
+    bases = {f"{m}_s{s}": base for (m, s), base in starts.items()}
     acts = [(p, battery.read_action_level(p)) for p in (src / battery.FILE for src in map(Path, sources)) if p.exists()]
     # Each run's action level is measured on the demos it trained on, so runs whose demo files differ merge (the
     # oracle's demos are byte-identical on one machine, not across machines): the merged file names each run's set.
@@ -190,12 +196,6 @@ def _comparable(c: dict) -> dict:
     if isinstance(c.get("train"), dict):
         c["train"] = {k: v for k, v in c["train"].items() if k != "pretrained"}
     return c
-
-
-def _base_of(c: dict | None, seed: int) -> str | None:
-    """The pretrained base a run config's seed started from (its `{seed}` filled in, as the run does), or None."""
-    base = ((c or {}).get("train") or {}).get("pretrained")
-    return None if base is None else str(base).replace("{seed}", str(seed))
 
 
 LANGUAGE = {"contrast": ("target_sr", "gsa", "original_persistence"), "collision": ("ogp", "cgar", "air")}

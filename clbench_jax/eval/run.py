@@ -27,7 +27,7 @@ import yaml
 from clbench_jax.configs import at_least, check_ranges, one_of, typed_values
 from clbench_jax.errors import ClbenchError, ConfigError
 from clbench_jax.jsonio import read_json, write_text
-from clbench_jax.lifelong.config import make_config, read_yaml_mapping
+from clbench_jax.lifelong.config import make_config, read_yaml_mapping, seed_base
 from clbench_jax.lifelong.loop import finished_stages
 from clbench_jax.paths import repo_file
 
@@ -190,8 +190,8 @@ def train_config(cfg: RunConfig, method: str, seed: int, where: str | None = Non
     demos_dir = cfg.demos.get("dir", os.path.join("runs", "demos"))
     values = dict(cfg.train, suite=cfg.suite, algo=method, seed=seed, order=cfg.order, n_tasks=cfg.n_tasks,
                   demos_dir=demos_dir, algo_kwargs=cfg.algo_kwargs.get(method, {}))
-    if isinstance(values.get("pretrained"), str):  # one base per seed: e.g. runs/conf/train/multitask_s{seed}
-        values["pretrained"] = values["pretrained"].replace("{seed}", str(seed))
+    if isinstance(values.get("pretrained"), str):
+        values["pretrained"] = seed_base(values["pretrained"], seed)
     return make_config(values, where, prefix="train.")
 
 

@@ -78,6 +78,12 @@ def _rules() -> list:
             at_least("image_size", 8), ("demos_dir", lambda c: bool(c.demos_dir), "a folder")]
 
 
+def seed_base(pretrained: str | None, seed: int) -> str | None:
+    """The base a run's seed starts from: `pretrained` with `{seed}` filled in (one base per seed, e.g.
+    runs/conf/train/multitask_s{seed}), or None (from scratch)."""
+    return None if pretrained is None else str(pretrained).replace("{seed}", str(seed))
+
+
 def make_config(values: dict[str, Any], where: str | None = None, prefix: str = "") -> TrainConfig:
     """A checked TrainConfig: types, ranges, the suite, task order and task names, the policy's and the
     algorithm's keyword arguments. Errors name the file `where` and the field (under `prefix`, e.g. "train.")."""
