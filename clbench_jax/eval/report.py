@@ -139,8 +139,8 @@ def merge_runs(out_dir: str | os.PathLike, sources: list) -> Path:
     config_of = {src: c for src, (_, c) in zip(map(Path, sources), configs)}
     starts = {(m, s): seed_base((config_of[src].get("train") or {}).get("pretrained"), s)
               for (m, s), src in owner.items() if config_of[src] is not None}
+    (m0, s0), base0 = next(iter(starts.items()), ((None, None), None))
     for (m, s), base in starts.items():
-        (m0, s0), base0 = next(iter(starts.items()))
         if (base is None) != (base0 is None):
             raise ClbenchError(f"{m} seed {s} starts {'from scratch' if base is None else 'from a pretrained base'} "
                                f"and {m0} seed {s0} does not: another experiment, not another seed",
