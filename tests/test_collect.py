@@ -165,6 +165,32 @@ def test_resume_skips_finished_and_refuses_other_settings(collected, tmp_path):
     assert not is_finished(path, CFG)
 
 
+def test_concurrent_collections_wait_for_the_task_lock(collected, tmp_path):
+    """A second process collecting into the same folder waits for the task's lock, then finds the file the first
+    one finished (the check is made under the lock: checking before it would start a second collection)."""
+    import fcntl
+    import threading
+
+    out, _ = collected
+    task = get_task(TASK)
+    path = task_file(tmp_path, task)
+    path.parent.mkdir()
+    logs, rows = [], []
+    with open(path.with_suffix(".lock"), "a") as f:  # the first process, mid-collection
+        fcntl.flock(f, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=lambda: rows.extend(
+            collect_tasks([task], tmp_path, CFG, progress=False, log=logs.append)))
+        waiter.start()
+        waiter.join(timeout=2.0)
+        assert waiter.is_alive() and not path.exists()
+        shutil.copy(task_file(out, task), path)  # the first process finishes
+        fcntl.flock(f, fcntl.LOCK_UN)
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    assert "waiting" in logs[0] and rows[0]["skipped"] and rows[0]["kept"] == CFG.n
+    assert not path.with_suffix(".partial").exists()
+
+
 def test_attempt_cap_and_state_only(tmp_path):
     """n above what the cap allows: the file records the shortfall and counts as finished; no images."""
     cfg = CollectConfig(**{**CFG.__dict__, "n": 9, "max_attempts": 4, "images": False})

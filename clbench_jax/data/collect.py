@@ -27,6 +27,7 @@ import re
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -525,21 +526,45 @@ def collect_tasks(tasks: list[TaskSpec], out_dir: str | os.PathLike, cfg: Collec
     out = []
     for task in tasks:
         path = task_file(out_dir, task)
-        if is_finished(path, cfg):
-            meta = hdf5.read_meta(path)
-            log(f"{task.name}: done already ({meta['num_demos']} demos in {path})")
-            out.append({"task": task.name, "path": str(path), "skipped": True, "kept": int(meta["num_demos"]),
-                        **{k: meta["extras_attrs"].get(k) for k in ("attempts", "successes", "failures")}})
-            continue
-        try:
-            _, stats = collect_task(scene_of(task), task, cfg, path, progress)
-        except GeneratorError as e:  # e.g. deconfounded on a task named by position: skip it, go on
-            log(f"{task.name}: skipped: {e}")
-            out.append({"task": task.name, "path": None, "skipped": True, "refused": str(e), "kept": 0})
-            continue
-        log(f"{task.name}: {stats['kept']}/{cfg.n} demos kept; {stats['successes']} successes and "
-            f"{stats['failures']} failures in {stats['attempts']} attempts "
-            f"({stats['successes'] / max(stats['attempts'], 1):.0%}); {stats['seconds']:.0f} s -> {path}"
-            + (" [gave up: no success]" if stats["gave_up"] else ""))
-        out.append({"task": task.name, "path": str(path), "skipped": False, **stats})
+        with _task_lock(path, log):
+            out.append(_collect_one(task, path, cfg, progress, log))
     return out
+
+
+@contextmanager
+def _task_lock(path: Path, log):
+    """Hold `<task>_demo.lock` beside the task's file: runs sharing a demos folder (two `clbench run`s of one
+    config, say) collect each task once and never write into each other's partial folder; the later one waits,
+    then finds the task finished. The lock file stays (removing it would let a waiter lock a deleted inode)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"{path.name}: another process is collecting it; waiting")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _collect_one(task: TaskSpec, path: Path, cfg: CollectConfig, progress: bool, log) -> dict:
+    """One task of `collect_tasks`, under its lock -> its summary dict."""
+    if is_finished(path, cfg):
+        meta = hdf5.read_meta(path)
+        log(f"{task.name}: done already ({meta['num_demos']} demos in {path})")
+        return {"task": task.name, "path": str(path), "skipped": True, "kept": int(meta["num_demos"]),
+                **{k: meta["extras_attrs"].get(k) for k in ("attempts", "successes", "failures")}}
+    try:
+        _, stats = collect_task(scene_of(task), task, cfg, path, progress)
+    except GeneratorError as e:  # e.g. deconfounded on a task named by position: skip it, go on
+        log(f"{task.name}: skipped: {e}")
+        return {"task": task.name, "path": None, "skipped": True, "refused": str(e), "kept": 0}
+    log(f"{task.name}: {stats['kept']}/{cfg.n} demos kept; {stats['successes']} successes and "
+        f"{stats['failures']} failures in {stats['attempts']} attempts "
+        f"({stats['successes'] / max(stats['attempts'], 1):.0%}); {stats['seconds']:.0f} s -> {path}"
+        + (" [gave up: no success]" if stats["gave_up"] else ""))
+    return {"task": task.name, "path": str(path), "skipped": False, **stats}
