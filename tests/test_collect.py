@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from clbench_jax.cli import main
-from clbench_jax.data import collect, hdf5, oracle
+from clbench_jax.data import collect, commands, hdf5, oracle
 from clbench_jax.data.collect import CollectConfig, collect_tasks, is_finished, scene_of, task_file
 from clbench_jax.errors import ClbenchError, DataFileError
 from clbench_jax.sim import control, predicates, rollout
@@ -220,6 +220,18 @@ def test_cli_inspect_and_video(collected, tmp_path, capsys):
     assert [(f["task"], f["demos"], f["attempts"], f["successes"]) for f in doc["files"]] == [
         ("turn_on_the_stove", row["kept"], row["attempts"], row["successes"])]
     assert doc["total"]["steps"] == sum(len(d["actions"]) for d in hdf5.read_demos(path, keys=[]))
+    # the actions' digest: SHA-256 over the demos' float32 actions in order; one changed action changes it
+    import hashlib
+
+    demos = hdf5.read_demos(path, keys=[])
+    want = hashlib.sha256(b"".join(np.asarray(d["actions"], np.float32).tobytes() for d in demos)).hexdigest()
+    assert doc["files"][0]["actions_sha256"] == want
+    other = tmp_path / "other" / "x_demo.hdf5"
+    other.parent.mkdir()
+    shutil.copy(path, other)
+    with h5py.File(other, "r+") as f:
+        f["data/demo_3/actions"][5, 0] += 1e-6
+    assert commands.actions_digest(other) != want
     gif = tmp_path / "demo.gif"
     assert main(["demos", "video", path, "--demo", "1", "--out", str(gif)]) == 0
     from PIL import Image

@@ -235,6 +235,13 @@ def test_run_end_to_end(tmp_path):
         fc, _ = episodes.read_columns(out / "floors" / floor / "episodes.h5")
         assert set(fc["method"]) == {floor} and len(fc["method"]) == 2 * (len(cells[("seqft", 1, 0)]) +
                                                                         len(cells[("seqft", 1, 1)]))
+    # the demos the run trained on, each file's actions digest beside it
+    from clbench_jax.data.commands import actions_digest
+
+    demos = json.loads((out / "demos.json").read_text())
+    assert [f["task"] for f in demos["files"]] == sorted(meta["tasks"])
+    assert all(f["actions_sha256"] == actions_digest(p) for f, p in
+               zip(demos["files"], sorted((tmp_path / "demos").rglob("*_demo.hdf5"))))
     doc = json.loads((out / "metrics.json").read_text())
     assert set(doc["metrics"]) == {"seqft", "packnet"}
     assert doc["success"]["seqft"]["mean"][0][1][0] is None and doc["success"]["seqft"]["mean"][1][1][0] is not None

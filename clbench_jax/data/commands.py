@@ -75,15 +75,34 @@ def inspect_file(path: str) -> str:
     return "\n".join(lines)
 
 
-def folder_summary(folder: str) -> dict:
-    """Per demo file of a collection folder (its *_demo.hdf5, recursively): task, demos kept, steps, the oracle's
-    attempts and successes, seconds, whether it gave up; and the totals."""
+def actions_digest(path) -> str:
+    """SHA-256 of every demo's actions in the file's order (float32 bytes): the same digest means the same
+    demonstrations, whatever the file's timings; it changes when the physics does (another CPU can round
+    differently, and a long oracle episode then ends elsewhere)."""
+    import hashlib
+
+    import numpy as np
+
+    from clbench_jax.data import hdf5
+
+    h = hashlib.sha256()
+    with hdf5.open_file(str(path)) as f:
+        for n in hdf5.demo_names(f, str(path)):
+            h.update(np.ascontiguousarray(f["data"][n]["actions"][()], np.float32).tobytes())
+    return h.hexdigest()
+
+
+def folder_summary(folder: str, tasks: set[str] | None = None) -> dict:
+    """Per demo file of a collection folder (its *_demo.hdf5, recursively; with `tasks`, those tasks' only): task,
+    demos kept, steps, the oracle's attempts and successes, seconds, whether it gave up, the actions' digest; and
+    the totals."""
     from pathlib import Path
 
     from clbench_jax.data import hdf5
     from clbench_jax.errors import DataFileError
 
-    files = sorted(Path(folder).rglob("*_demo.hdf5"))
+    files = [p for p in sorted(Path(folder).rglob("*_demo.hdf5"))
+             if tasks is None or p.name.removesuffix("_demo.hdf5") in tasks]
     if not files:
         raise DataFileError("no *_demo.hdf5 files in this folder", file=str(folder))
     rows = []
@@ -93,7 +112,8 @@ def folder_summary(folder: str) -> dict:
         rows.append({"task": ex.get("task") or p.name.removesuffix("_demo.hdf5"), "suite": ex.get("suite"),
                      "demos": int(meta["num_demos"]), "steps": int(meta["total"]),
                      "attempts": ex.get("attempts"), "successes": ex.get("successes"),
-                     "seconds": ex.get("seconds"), "gave_up": bool(ex.get("gave_up", False))})
+                     "seconds": ex.get("seconds"), "gave_up": bool(ex.get("gave_up", False)),
+                     "actions_sha256": actions_digest(p)})
     total = {k: sum(r[k] or 0 for r in rows) for k in ("demos", "steps", "attempts", "successes", "seconds")}
     total.update(files=len(rows), without_demos=[r["task"] for r in rows if r["demos"] == 0])
     return {"folder": str(folder), "files": rows, "total": total}

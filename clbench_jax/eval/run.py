@@ -26,7 +26,7 @@ import yaml
 
 from clbench_jax.configs import at_least, check_ranges, one_of, typed_values
 from clbench_jax.errors import ClbenchError, ConfigError
-from clbench_jax.jsonio import read_json, write_text
+from clbench_jax.jsonio import read_json, write_json, write_text
 from clbench_jax.lifelong.config import make_config, read_yaml_mapping, seed_base
 from clbench_jax.lifelong.loop import finished_stages
 from clbench_jax.paths import repo_file
@@ -300,6 +300,7 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     log = log or tqdm.write  # phase lines above the progress bars
 
     from clbench_jax.data.collect import CollectConfig, collect_tasks
+    from clbench_jax.data.commands import folder_summary
     from clbench_jax.eval.grid import plan
     from clbench_jax.eval.grid_folder import pending_chunks
     from clbench_jax.eval.grid_runner import run_grid
@@ -331,6 +332,8 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     for t in tasks:
         collect_tasks([t], first.demos_dir, dcfg, progress=progress, log=lambda *_: None)
         overall.update(1)
+    # Which demonstrations this run trains on (their actions' digests: another machine's physics can differ)
+    write_json(out / "demos.json", folder_summary(first.demos_dir, {t.name for t in tasks}))
 
     log(f"[2/5] training {len(runs)} run(s): {', '.join(f'{m} seed {s}' for m, s in runs)}")
     for r in runs:
