@@ -129,7 +129,7 @@ def cmd_inspect(a):
     for r in doc["files"]:
         rate = f"{100 * r['successes'] / r['attempts']:.0f}%" if r["attempts"] else "n/a"
         print(f"{r['demos']:4d} demos {r['steps']:8d} steps  oracle {r['successes']}/{r['attempts']} ({rate})"
-              f"{'  gave up' if r['gave_up'] else ''}  {r['task']}")
+              f"{'  gave up' if r['gave_up'] else ''}  actions {r['actions_sha256'][:12]}  {r['task']}")
     t = doc["total"]
     print(f"total: {t['demos']} demos, {t['steps']} steps in {t['files']} files; oracle {t['successes']} successes "
           f"in {t['attempts']} attempts, {t['seconds'] / 60:.0f} min; no demos: {len(t['without_demos'])}")
