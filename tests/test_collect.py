@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from clbench_jax.cli import main
-from clbench_jax.data import collect, commands, hdf5, oracle
+from clbench_jax.data import commands, hdf5, oracle
 from clbench_jax.data.collect import CollectConfig, collect_tasks, is_finished, scene_of, task_file
 from clbench_jax.errors import ClbenchError, DataFileError
 from clbench_jax.sim import control, predicates, rollout
@@ -99,9 +99,9 @@ def test_demos_replay_to_success_bit_exactly(collected, scene):
         np.testing.assert_allclose(tr["ee_pos"][i, :n], d["obs"]["ee_pos"], atol=1e-6)
     # A plain batched oracle rollout from the same initial states and policy keys chooses the same actions: a world
     # refilled mid-stream behaves exactly like a fresh episode.
-    oracle, p0 = collect._oracle(scene, True)
+    policy, p0 = oracle._oracle_for(scene, True)
     batch = dataclasses.replace(batch, keys=np.stack([d["attrs"]["policy_key"] for d in demos]).astype(np.uint32))
-    rec, tr = rollout.rollout(scene, oracle, p0(len(demos)), batch, T + 5, trace=True)
+    rec, tr = rollout.rollout(scene, policy, p0(len(demos)), batch, T + 5, trace=True)
     for i, d in enumerate(demos):
         n = len(d["actions"])
         assert rec.success[i, 0] and rec.length[i] == n, (i, rec.length[i], n)

@@ -121,7 +121,6 @@ def make_demo(scene: Scene, task: TaskSpec, states: np.ndarray, sens: np.ndarray
 
 # ----------------------------------------------------------------------------------------------- collection
 
-_ORACLES: dict = {}
 _SCENES: dict[str, Scene] = {}
 
 
@@ -133,16 +132,6 @@ def scene_of(task: TaskSpec) -> Scene:
     if task.scene not in _SCENES:
         _SCENES[task.scene] = build_scene(scene_tasks(task.scene))
     return _SCENES[task.scene]
-
-
-def _oracle(scene: Scene, noise: bool):
-    """One oracle per (scene, noise): the rollout's compile cache is keyed on the policy function."""
-    from clbench_jax.data.oracle import make_oracle
-
-    key = (id(scene), noise)
-    if key not in _ORACLES:
-        _ORACLES[key] = (scene, make_oracle(scene, noise))  # keep the scene alive: id() stays unique
-    return _ORACLES[key][1]
 
 
 @dataclass
@@ -269,7 +258,9 @@ def _stream_fns(scene: Scene, noise: bool):
 
     key = (id(scene), noise)
     if key not in _STREAM_FNS:
-        oracle, p0_fn = _oracle(scene, noise)
+        from clbench_jax.data.oracle import _oracle_for
+
+        oracle, p0_fn = _oracle_for(scene, noise)  # the oracle evaluation's own (one compile cache per policy)
 
         def policy(obs, ps, keys):
             act, ps = oracle(obs, ps[0], keys)

@@ -299,6 +299,7 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
 
     log = log or tqdm.write  # phase lines above the progress bars
 
+    from clbench_jax import caches
     from clbench_jax.data.collect import CollectConfig, collect_tasks
     from clbench_jax.data.commands import folder_summary
     from clbench_jax.eval.grid import plan
@@ -332,6 +333,7 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
     for t in tasks:
         collect_tasks([t], first.demos_dir, dcfg, progress=progress, log=lambda *_: None)
         overall.update(1)
+    caches.release()  # the collection's scenes, oracles and compiled streams: GBs that training never uses
     # Which demonstrations this run trains on (their actions' digests: another machine's physics can differ)
     write_json(out / "demos.json", folder_summary(first.demos_dir, {t.name for t in tasks}))
 
