@@ -330,10 +330,13 @@ def run(cfg: RunConfig, out_dir: str | os.PathLike, progress: bool = True, log=N
 
     log(f"[1/5] demos -> {first.demos_dir}")
     dcfg = CollectConfig(**{k: v for k, v in cfg.demos.items() if k != "dir"})
+    collected = False
     for t in tasks:
-        collect_tasks([t], first.demos_dir, dcfg, progress=progress, log=lambda *_: None)
+        rows = collect_tasks([t], first.demos_dir, dcfg, progress=progress, log=lambda *_: None)
+        collected |= any(not r["skipped"] for r in rows)
         overall.update(1)
-    caches.release()  # the collection's scenes, oracles and compiled streams: GBs that training never uses
+    if collected:  # the collection's scenes, oracles and compiled streams: GBs that training never uses
+        caches.release()
     # Which demonstrations this run trains on (their actions' digests: another machine's physics can differ)
     write_json(out / "demos.json", folder_summary(first.demos_dir, {t.name for t in tasks}))
 
