@@ -21,7 +21,8 @@
 #   agree    (50)  MJX-Warp vs native MuJoCo on the GPU machine: AGREE_WORLDS (256) x AGREE_STEPS (60), same
 #                  initial states and actions -> warp_agreement_gpu.json (hand / object divergence, predicates)
 #   train    (120) train steps of BC-Transformer, BC-RNN, BC-ViLT, state, batch 32, one step per dispatch and 10
-#                  (make_train_steps' lax.scan); then BC-RNN / BC-ViLT RGB batch 32 -> train_throughput_gpu.json
+#                  (make_train_steps' lax.scan); then BC-RNN / BC-ViLT RGB batch 32 -> train_throughput_gpu.json;
+#                  then SeqFT, L2M, TAIL, IsCiL, DMPEL state batch 32 -> train_throughput_methods_gpu.json
 #                  (--resume: the rows of earlier leases are kept, finished rows are not run again); with
 #                  .whlpeer/ carried (LIBERO's policies' wheels), LIBERO's BC-RNN / BC-ViLT torch steps on CUDA too
 #   grid     (90)  the grid (mjx-warp, LIBERO-size BC-Transformer; state, then RGB rendered on the device), each
@@ -178,6 +179,12 @@ for s in $SECTIONS; do
       if [ "$left" -gt 20 ]; then
         run "$left" $PY benchmarks/train_throughput.py --policies rnn,vilt --modes rgb --batches "$(sz 32 2)" $tsz \
           --timeout 75 --peer-python "" --resume --out "$RES/train_throughput_gpu.json"
+      fi
+      left=$((end - SECONDS))
+      if [ "$left" -gt 20 ]; then  # issue 21: the frozen-base methods' step, SeqFT beside them
+        run "$left" $PY benchmarks/train_throughput.py --policies transformer --modes state --batches "$(sz 32 2)" \
+          $tsz --timeout 75 --peer-python "" --algos seqft,l2m,tail,iscil,dmpel --resume \
+          --out "$RES/train_throughput_methods_gpu.json"
       fi
       left=$((end - SECONDS))
       if [ "$left" -gt 20 ] && PEER=$(peer_python); then  # LIBERO's own BC-RNN / BC-ViLT steps on CUDA
