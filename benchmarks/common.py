@@ -142,6 +142,17 @@ class Timer:
         self.s = time.perf_counter() - self.t0
 
 
+class Clock:
+    """Wall-clock and process CPU seconds (all threads) of a block."""
+
+    def __enter__(self):
+        self.cpu, self.wall = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu, self.wall = time.process_time() - self.cpu, time.perf_counter() - self.wall
+
+
 def scene_jobs(suites, keep=None) -> list:
     """(suite, scene key, [tasks]) per LIBERO scene of each suite, in task order (libero_spatial / _object / _goal:
     one scene each; libero_10 / _90: one per LIBERO scene), the tasks `keep(suite, task)` allows (default all)."""

@@ -28,21 +28,12 @@ import clbench_jax  # noqa: E402,F401
 import jax  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-from common import machine, table, write_json  # noqa: E402
+from common import Clock, machine, table, write_json  # noqa: E402
 
 from clbench_jax.sim import robot, rollout  # noqa: E402
 from clbench_jax.sim.init_states import make_init_bank  # noqa: E402
 from clbench_jax.sim.scene import build_scene  # noqa: E402
 from clbench_jax.tasks.suites import suite_tasks  # noqa: E402
-
-
-class Clock:
-    def __enter__(self):
-        self.cpu, self.wall = time.process_time(), time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.cpu, self.wall = time.process_time() - self.cpu, time.perf_counter() - self.wall
 
 
 def row(name, steps, clock, **extra):
