@@ -347,21 +347,18 @@ def collect_task(scene: Scene, task: TaskSpec, cfg: CollectConfig, path: str | o
     def settle_ended():
         """Settle attempts in start order while each has ended: a success among the first n becomes a demo."""
         nonlocal settled, n_kept
-        changed = False
         while settled in outcome:
             e = running_wins.pop(settled, None)
             demo = None
             if e is not None and n_kept < cfg.n:
                 demo = _assemble(scene, task, e, cfg, renderer)
                 n_kept += 1
-            if partial is not None:
+            if partial is not None:  # saved at every attempt: with images one demo can take a minute to render
                 partial.settle(outcome[settled], demo)
+                partial.save()
             elif demo is not None:
                 kept.append(demo)
             settled += 1
-            changed = True
-        if changed and partial is not None:
-            partial.save()
 
     gave_up = 0 < cfg.give_up_after <= len(outcome) and wins() == 0
     t0 = time.perf_counter()
