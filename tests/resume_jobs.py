@@ -88,11 +88,11 @@ def main(job: str, folder: str, demos: str = "") -> None:
 
         calls, real = [0], loop.Evaluator.__call__
 
-        def evaluate(self, *a):
+        def evaluate(self, *a, **kw):
             calls[0] += 1
             if calls[0] == KILL_AT["train"]:  # stage 0: epochs 0, 60, seen tasks; stage 1: epoch 0, then here
                 _die()
-            return real(self, *a)
+            return real(self, *a, **kw)
 
         loop.Evaluator.__call__ = evaluate
         loop.run_lifelong(train_config(demos), folder, progress=False)

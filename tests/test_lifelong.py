@@ -111,6 +111,34 @@ def test_cli_run_and_resume_between_stages(demos, tmp_path):
     assert m_full["logs"][0]["buffer_added"] == min(1000, 2 * 12)  # ER: every window of the small first task
 
 
+def test_closing_evaluation_runs_only_what_end_task_changed(demos, tmp_path, monkeypatch):
+    """After a stage, task s is not run again when end_task left its evaluation parameters the kept epoch's (ER):
+    S[s, s] is the kept epoch's success and only the earlier tasks run. PackNet prunes at end_task, so there a
+    task whose weights it changed runs again."""
+    from clbench_jax.sim import rollout
+
+    real, worlds = rollout.rollout, []
+
+    def counted(scene, policy, pstate0, batch, *a, **kw):  # the real rollout, its batch sizes recorded
+        worlds.append(int(np.asarray(batch.task_ids).shape[0]))
+        return real(scene, policy, pstate0, batch, *a, **kw)
+
+    monkeypatch.setattr(rollout, "rollout", counted)
+    n, evals = BASE["n_eval"], BASE["epochs"] // BASE["eval_every"] + 1
+    m = run_lifelong(make_config(dict(BASE, algo="er", demos_dir=demos)), str(tmp_path / "er"), progress=False)
+    # stage 0: its curve only; stage 1: its curve, then task 0 alone
+    assert worlds == [n] * evals + [n] * evals + [n]
+    for s in range(K):
+        assert m["success_matrix"][s][s] == m["curves"][s][m["curve_epochs"][s].index(m["best_epoch"][s])]
+    worlds.clear()
+    cfg = make_config(dict(BASE, algo="packnet", demos_dir=demos, algo_kwargs={"post_prune_epochs": 1}))
+    run_lifelong(cfg, str(tmp_path / "packnet"), progress=False)
+    # stage 0: the curve, the post-prune curve (epochs 0 and 1), then task 0 again: pruning changed its weights.
+    # (Stage 1 keeps its epoch-0 weights, every success being 0 here, and those are stage 0's pruned ones, which
+    # pruning leaves as they are: task 1 is rightly not run again there.)
+    assert worlds[:evals + 3] == [n] * evals + [n] * 2 + [n]
+
+
 @pytest.mark.slow
 def test_packnet_and_multitask_plug_in(demos, tmp_path):
     cfg = make_config(dict(BASE, algo="packnet", demos_dir=demos, algo_kwargs={"post_prune_epochs": 1}))

@@ -4,8 +4,9 @@ Per stage s (LIBERO algos/base.py learn_one_task + main.py):
   algo.start_task -> fresh optimizer -> epochs 0..E: epoch 0 only evaluates (zero-shot), epochs >= 1 train one
   pass over the stage's windows; every `eval_every` epochs success is measured by batched rollouts on fixed
   initial states and the best-success parameters are kept (strictly better only, so the first peak wins)
-  -> the best checkpoint is restored -> algo.end_task -> every seen task j is evaluated with algo.eval_params(j):
-  row s of the success matrix -> orbax checkpoint of the stage -> callbacks.
+  -> the best checkpoint is restored -> algo.end_task -> every seen task j is evaluated with algo.eval_params(j)
+  (task s is not run again where end_task left its evaluation parameters the kept epoch's, bit for bit: it would
+  run from the same initial states with the same keys) -> row s of the success matrix -> orbax checkpoint of the stage -> callbacks.
 A run that dies resumes from its last finished stage and reaches the same numbers: every key and numpy generator
 is derived from (seed, purpose, stage, epoch), never from a stream that a restart would reset.
 """
@@ -128,16 +129,26 @@ class Evaluator:
         kw = dict(deterministic=cfg.deterministic_eval, warmup=cfg.warmup)
         self.fn = make_policy_fn(policy, stacked=algo.task_specific_eval, **kw)
 
-    def __call__(self, params, state, stages: Sequence[int]) -> np.ndarray:
+    def __call__(self, params, state, stages: Sequence[int], reuse: tuple | None = None) -> np.ndarray:
+        """Success of each task in `stages`. `reuse` = (params0, state0, {task: success}): a task whose evaluation
+        parameters equal, bit for bit, those it had under (params0, state0) keeps that success instead of running
+        its episodes again (same parameters, initial states and keys)."""
         out = np.zeros(len(stages))
         by_scene: dict[str, list[int]] = {}
         for i, j in enumerate(stages):
+            if reuse is not None and j in reuse[2] and self._same_eval_params((params, state), reuse[:2], j):
+                out[i] = reuse[2][j]
+                continue
             by_scene.setdefault(self.tasks[j].scene, []).append(i)
         for idx in by_scene.values():
             js = [stages[i] for i in idx]
             rec = self.episodes(params, state, js)
             out[idx] = np.asarray(rec.success[:, 0]).reshape(len(js), self.cfg.n_eval).mean(1)
         return out
+
+    def _same_eval_params(self, a: tuple, b: tuple, j: int) -> bool:
+        la, lb = (jax.tree.leaves(self.algo.eval_params(p, st, j)) for p, st in (a, b))
+        return len(la) == len(lb) and all(x is y or np.array_equal(x, y) for x, y in zip(la, lb))
 
     def episodes(self, params, state, js: Sequence[int], **rollout_kw):
         """One batched rollout of the `n_eval` episodes of each task in `js` (tasks of one scene), task-major ->
@@ -315,6 +326,7 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
         """LIBERO's learn_one_task (train_epoch0=False) or PackNet's post-prune fine-tuning (True)."""
         opt_state = optimizer.init(params)
         best, best_params, best_epoch = -1.0, params, 0
+        best_eval = last_eval = None  # (params, state, {task: success}) of an evaluation, for Evaluator's reuse
         curve, eval_epochs, losses = [], [], []
         bar = tqdm(range(epochs + 1), desc=f"stage {s} {tag}", leave=False, disable=not progress)
         for epoch in bar:
@@ -339,17 +351,20 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
                                         "training diverged; check the demos for extreme values or lower lr",
                                         file=out_dir, task=names, field="lr")
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            last_eval = None
             if epoch % cfg.eval_every == 0:
-                succ = float(evaluate(params, state, groups[s]).mean())
+                per_task = evaluate(params, state, groups[s])
+                succ = float(per_task.mean())
                 curve.append(succ)
                 eval_epochs.append(epoch)
+                last_eval = (params, state, dict(zip(groups[s], per_task.tolist())))
                 if succ > best:
-                    best, best_params, best_epoch = succ, params, epoch
+                    best, best_params, best_epoch, best_eval = succ, params, epoch, last_eval
                 bar.set_postfix(success=f"{succ:.2f}", best=f"{best:.2f}")
         if cfg.select == "last":
-            best_params, best_epoch = params, epochs
+            best_params, best_epoch, best_eval = params, epochs, last_eval
         return best_params, opt_state, {"curve": curve, "epochs": eval_epochs, "losses": losses,
-                                        "best_epoch": best_epoch}
+                                        "best_epoch": best_epoch}, best_eval
 
     ckpt = StageCheckpoints(os.path.join(out_dir, "checkpoints"))
     record = {"curves": [], "curve_epochs": [], "losses": [], "best_epoch": [], "rows": [], "logs": [], "seconds": []}
@@ -385,19 +400,20 @@ def run_lifelong(cfg: TrainConfig, out_dir: str, *, callbacks: Sequence[Callable
             continue
         begin = context(s, "start_task")
         params, state = algo.start_task(params, state, s, begin)
-        params, opt_state, info = fit(params, state, s, cfg.epochs, False, "main")
+        params, opt_state, info, best_eval = fit(params, state, s, cfg.epochs, False, "main")
         ctx = context(s, "end_task")
         ctx.log.update(begin.log)
 
         def post_fit(p, st, epochs, s=s, ctx=ctx):
-            p, _, post = fit(p, st, s, epochs, True, "post")
+            p, _, post, _ = fit(p, st, s, epochs, True, "post")
             ctx.log["post_fit"] = post
             return p
 
         ctx.fit = post_fit
         params, state = algo.end_task(params, state, s, ctx)
         seen = groups[s] if algo.joint else list(range(s + 1))
-        succ = evaluate(params, state, seen)
+        # Tasks whose evaluation parameters end_task left as the kept epoch's (SeqFT, ER, EWC) are not run again.
+        succ = evaluate(params, state, seen, reuse=best_eval)
         row = [None] * n_tasks
         for j, v in zip(seen, succ):
             row[j] = float(v)
