@@ -6,7 +6,8 @@ Per stage s (LIBERO algos/base.py learn_one_task + main.py):
   initial states and the best-success parameters are kept (strictly better only, so the first peak wins)
   -> the best checkpoint is restored -> algo.end_task -> every seen task j is evaluated with algo.eval_params(j)
   (task s is not run again where end_task left its evaluation parameters the kept epoch's, bit for bit: it would
-  run from the same initial states with the same keys) -> row s of the success matrix -> orbax checkpoint of the stage -> callbacks.
+  run from the same initial states with the same keys) -> row s of the success matrix -> orbax checkpoint of the
+  stage -> callbacks.
 A run that dies resumes from its last finished stage and reaches the same numbers: every key and numpy generator
 is derived from (seed, purpose, stage, epoch), never from a stream that a restart would reset.
 """
