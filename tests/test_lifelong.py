@@ -200,6 +200,22 @@ def test_bad_input_is_named(demos, tmp_path):
     assert open(os.path.join(out, "config.yaml")).read() == "seed: 99\n"
 
 
+def test_demos_folder_named_relative_or_absolute_is_the_same_config(tmp_path, monkeypatch):
+    """A finished run resumes whether its demos folder is named relative to the working directory or absolute;
+    another folder is another config."""
+    from clbench_jax.lifelong.config import dump_config
+    from clbench_jax.lifelong.loop import _config_to_write
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    os.makedirs(out / "checkpoints" / "0")
+    (out / "config.yaml").write_text(dump_config(make_config(dict(BASE, demos_dir="demos"))))
+    assert _config_to_write(str(out), make_config(dict(BASE, demos_dir=str(tmp_path / "demos")))) is None
+    assert _config_to_write(str(out), make_config(dict(BASE, demos_dir="./demos/"))) is None
+    with pytest.raises(ClbenchError, match="different config \\(demos_dir"):
+        _config_to_write(str(out), make_config(dict(BASE, demos_dir=str(tmp_path / "other"))))
+
+
 @pytest.mark.slow
 def test_rgb_packnet_run(tmp_path):
     """RGB observations end to end: rendered 32 px cameras in the rollouts, image windows in training (augmented

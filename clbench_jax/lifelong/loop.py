@@ -191,6 +191,9 @@ def _config_to_write(out_dir: str, cfg: TrainConfig) -> str | None:
         raise ClbenchError(f"cannot read the folder's config ({e}); use another --out", file=path) from None
     new = yaml.safe_load(text)
     default = yaml.safe_load(dump_config(TrainConfig()))  # a field added since the folder was made: its default
+    for c in (old, new):  # the same demos folder, named relative (to this working directory) or absolute
+        if isinstance(c.get("demos_dir"), str):
+            c["demos_dir"] = os.path.realpath(c["demos_dir"])
     diff = sorted(k for k in set(old) | set(new) if old.get(k, default.get(k)) != new.get(k))
     if not diff:
         return None
