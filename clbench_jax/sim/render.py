@@ -19,13 +19,6 @@ CAMERAS = ("agentview", "robot0_eye_in_hand")
 MAX_THREADS = 8  # renderers (GL contexts) per BatchRenderer; each holds the scene's meshes
 
 
-def _scene_option() -> mujoco.MjvOption:
-    opt = mujoco.MjvOption()
-    opt.sitegroup[:] = 0  # no site markers (regions, grip site) in observations
-    opt.geomgroup[0] = 0  # robosuite hides the collision geoms (render_collision_mesh=False)
-    return opt
-
-
 class BatchRenderer:
     """Renders (N, n_cameras, H, W, 3) uint8 images of many worlds' states.
 
@@ -43,7 +36,9 @@ class BatchRenderer:
             threads = min(len(os.sched_getaffinity(0)), MAX_THREADS) if headless else 1
         self.threads = max(1, threads)
         self._local, self._made, self._lock = threading.local(), [], threading.Lock()
-        self.opt = _scene_option()
+        self.opt = mujoco.MjvOption()
+        self.opt.sitegroup[:] = 0  # no site markers (regions, grip site) in observations
+        self.opt.geomgroup[0] = 0  # robosuite hides the collision geoms (render_collision_mesh=False)
         self._pool = ThreadPoolExecutor(self.threads, "render") if self.threads > 1 else None
         if self._pool is None:
             self._renderer()  # a missing GL fails here, not at the first step of a rollout
