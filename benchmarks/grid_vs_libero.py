@@ -75,7 +75,7 @@ def _worker(conn, model, nsub: int, image_size: int):
         elif cmd == "render":
             if renderer is None:
                 from clbench_jax.sim.render import BatchRenderer
-                renderer = BatchRenderer(model, image_size)
+                renderer = BatchRenderer(model, image_size, workers=1)  # this env process is the worker
             st = np.zeros(mujoco.mj_stateSize(model, FULL))
             mujoco.mj_getState(model, d, st, FULL)
             mocap = np.concatenate([d.mocap_pos, d.mocap_quat], 1)

@@ -111,7 +111,7 @@ def cmd_sim_render(a):
     task = _task(a.task)
     scene = _scene_for(task)
     bank = make_init_bank(scene, task, 1, seed=a.seed)
-    r = BatchRenderer(scene.model, a.size)
+    r = BatchRenderer(scene.model, a.size, workers=1)  # one picture: no worker processes
     img = r.render(bank.state, bank.mocap)[0]
     r.close()
     save_png(a.out, np.concatenate(list(img), axis=1))

@@ -223,15 +223,15 @@ def test_native_step_and_render_only_active_worlds():
     np.testing.assert_array_equal(part.state[1], before[1])
     assert not np.array_equal(full.state[1], before[1])
     full.close(), part.close()
-    r = BatchRenderer(scene.model, 32, threads=1)
+    r = BatchRenderer(scene.model, 32, workers=1)
     img_all, img_some = r.render(part.state, part.mocap), r.render(part.state, part.mocap, active)
     r.close()
     np.testing.assert_array_equal(img_some[active], img_all[active])
     assert img_all[1].any() and not img_some[1].any()
-    # Two renderers in two threads draw every world exactly as one does (each world lands on either of them).
-    pool = BatchRenderer(scene.model, 32, threads=2)
+    # Two renderer processes draw every world exactly as one renderer here does (each world lands on either).
+    pool = BatchRenderer(scene.model, 32, workers=2)
     img_pool, img_pool_some = pool.render(part.state, part.mocap), pool.render(part.state, part.mocap, active)
-    assert len(pool._made) == 2
+    assert pool.workers == 2 and pool._pool is not None
     pool.close()
     np.testing.assert_array_equal(img_pool, img_all)
     np.testing.assert_array_equal(img_pool_some, img_some)
