@@ -142,6 +142,19 @@ class Timer:
         self.s = time.perf_counter() - self.t0
 
 
+def goal_worlds(n: int):
+    """libero_goal's scene and n worlds' (state, mocap): the first initial state of each task in turn (seed 0)."""
+    from clbench_jax.sim.init_states import make_init_bank
+    from clbench_jax.sim.scene import build_scene
+    from clbench_jax.tasks.suites import suite_tasks
+
+    tasks = suite_tasks("libero_goal")
+    scene = build_scene(tasks)
+    banks = [make_init_bank(scene, t, 1, seed=0) for t in tasks]
+    pick = [i % len(tasks) for i in range(n)]
+    return (scene, np.stack([banks[i].state[0] for i in pick]), np.stack([banks[i].mocap[0] for i in pick]))
+
+
 class Clock:
     """Wall-clock and process CPU seconds (all threads) of a block."""
 

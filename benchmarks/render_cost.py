@@ -21,12 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-from common import Clock, machine, table, write_json  # noqa: E402
+from common import Clock, goal_worlds, machine, table, write_json  # noqa: E402
 
-from clbench_jax.sim.init_states import make_init_bank  # noqa: E402
 from clbench_jax.sim.render import CAMERAS, FULL, BatchRenderer, scene_option  # noqa: E402
-from clbench_jax.sim.scene import build_scene  # noqa: E402
-from clbench_jax.tasks.suites import suite_tasks  # noqa: E402
 
 REFLECTION = mujoco.mjtRndFlag.mjRND_REFLECTION
 VARIANTS = {  # name: (reflections drawn, offscreen samples per pixel)
@@ -75,12 +72,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="timed batches per setting (after one untimed)")
     p.add_argument("--out", default="benchmarks/results/render_cost_cpu.json")
     a = p.parse_args(argv)
-    tasks = suite_tasks("libero_goal")
-    scene = build_scene(tasks)
-    banks = [make_init_bank(scene, t, 1, seed=0) for t in tasks]
-    pick = [i % len(tasks) for i in range(a.worlds)]
-    state = np.stack([banks[i].state[0] for i in pick])
-    mocap = np.stack([banks[i].mocap[0] for i in pick])
+    scene, state, mocap = goal_worlds(a.worlds)
     m = scene.model
     reflective = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in range(m.ngeom)
                   if m.geom_type[g] in (mujoco.mjtGeom.mjGEOM_PLANE, mujoco.mjtGeom.mjGEOM_BOX)

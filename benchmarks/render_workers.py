@@ -19,12 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from common import Clock, machine, table, write_json  # noqa: E402
+from common import Clock, goal_worlds, machine, table, write_json  # noqa: E402
 
-from clbench_jax.sim.init_states import make_init_bank  # noqa: E402
 from clbench_jax.sim.render import BatchRenderer  # noqa: E402
-from clbench_jax.sim.scene import build_scene  # noqa: E402
-from clbench_jax.tasks.suites import suite_tasks  # noqa: E402
 
 
 def workers_cpu(r: BatchRenderer) -> float:
@@ -43,12 +40,7 @@ def main(argv=None):
     p.add_argument("--out", default="benchmarks/results/render_workers_cpu.json")
     a = p.parse_args(argv)
     workers = a.workers or list(range(1, len(os.sched_getaffinity(0)) + 1))
-    tasks = suite_tasks("libero_goal")
-    scene = build_scene(tasks)
-    banks = [make_init_bank(scene, t, 1, seed=0) for t in tasks]
-    pick = [i % len(tasks) for i in range(a.worlds)]
-    state = np.stack([banks[i].state[0] for i in pick])
-    mocap = np.stack([banks[i].mocap[0] for i in pick])
+    scene, state, mocap = goal_worlds(a.worlds)
     rows = []
     for size in a.sizes:
         reference = None
