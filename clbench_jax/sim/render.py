@@ -67,7 +67,7 @@ class BatchRenderer:
     """Renders (N, n_cameras, H, W, 3) uint8 images of many worlds' states.
 
     With a headless GL (MUJOCO_GL=egl or osmesa) the worlds are split over `workers` renderer processes, each with
-    its own copy of the model and its own GL context. Processes, not threads: OSMesa is not safe with contexts in
+    its own copy of the model (as it is when the renderer is made) and its own GL context. Processes, not threads: OSMesa is not safe with contexts in
     several threads of one process (a threaded version crashed with SIGSEGV mid-evaluation). Every world's image is
     the same bit for bit whichever process draws it (tests/test_sim.py). Under GLFW (a window system) it renders
     in this process.
