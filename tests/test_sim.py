@@ -1,6 +1,8 @@
 """Scenes for all 130 tasks, LIBERO's initial states, the rollout engine's records, observations, export, CLI."""
 
 import dataclasses
+import os
+import signal
 
 import jax
 import mujoco
@@ -8,6 +10,7 @@ import numpy as np
 import pytest
 
 from clbench_jax.cli import main as cli_main
+from clbench_jax.errors import ClbenchError
 from clbench_jax.sim import env, rollout
 from clbench_jax.sim.init_states import make_init_bank
 from clbench_jax.sim.scene import build_scene, export_xml
@@ -232,6 +235,11 @@ def test_native_step_and_render_only_active_worlds():
     pool = BatchRenderer(scene.model, 32, workers=2)
     img_pool, img_pool_some = pool.render(part.state, part.mocap), pool.render(part.state, part.mocap, active)
     assert pool.workers == 2 and pool._pool is not None
+    victim = next(iter(pool._pool._processes.values()))  # a worker that dies: a clear error, no hang
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join()
+    with pytest.raises(ClbenchError, match="render worker process died"):
+        pool.render(part.state, part.mocap)
     pool.close()
     np.testing.assert_array_equal(img_pool, img_all)
     np.testing.assert_array_equal(img_pool_some, img_some)

@@ -67,10 +67,10 @@ class BatchRenderer:
     """Renders (N, n_cameras, H, W, 3) uint8 images of many worlds' states.
 
     With a headless GL (MUJOCO_GL=egl or osmesa) the worlds are split over `workers` renderer processes, each with
-    its own copy of the model (as it is when the renderer is made) and its own GL context. Processes, not threads: OSMesa is not safe with contexts in
-    several threads of one process (a threaded version crashed with SIGSEGV mid-evaluation). Every world's image is
-    the same bit for bit whichever process draws it (tests/test_sim.py). Under GLFW (a window system) it renders
-    in this process.
+    its own copy of the model (as it is when the renderer is made) and its own GL context. Processes, not threads:
+    OSMesa is not safe with contexts in several threads of one process (a threaded version crashed with SIGSEGV
+    mid-evaluation). Every world's image is the same bit for bit whichever process draws it (tests/test_sim.py).
+    Under GLFW (a window system) it renders in this process. A worker that dies raises ClbenchError.
     """
 
     def __init__(self, model: mujoco.MjModel, size: int = 128, cameras: tuple[str, ...] = CAMERAS,
@@ -88,28 +88,29 @@ class BatchRenderer:
         mujoco.mj_saveModel(model, None, mjb)  # the model as it is now, bit for bit, for the workers to load
         self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_start_worker, initargs=(mjb.tobytes(), size, cameras))
-        self._result(self._pool.submit(_draw_in_worker, np.zeros((0, 0)), np.zeros((0, 0, 7))))  # GL fails here
+        self._draw(np.arange(0), np.zeros((0, 0)), np.zeros((0, 0, 7)))  # a missing GL fails here
 
-    def _result(self, future):
+    def _draw(self, rows: np.ndarray, state: np.ndarray, mocap: np.ndarray) -> np.ndarray:
+        """The images of `rows`, drawn by the workers in interleaved chunks (finished episodes tend to cluster,
+        this keeps the workers' loads even)."""
+        out = np.zeros((len(rows), len(self.cameras), self.size, self.size, 3), np.uint8)
+        parts = [np.arange(j, len(rows), self.workers) for j in range(min(self.workers, len(rows)) or 1)]
         try:
-            return future.result()
+            futures = [self._pool.submit(_draw_in_worker, state[rows[k]], mocap[rows[k]]) for k in parts]
+            for k, f in zip(parts, futures):
+                out[k] = f.result()
         except BrokenProcessPool as e:
             raise ClbenchError(f"a render worker process died ({e}); MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: "
                                f"see the worker's error above, or render in this process with workers=1") from e
+        return out
 
     def render(self, state: np.ndarray, mocap: np.ndarray, active: np.ndarray | None = None) -> np.ndarray:
         """Images of every world, or only of the worlds where `active` (n,) is true (the others stay black)."""
         n = state.shape[0]
         out = np.zeros((n, len(self.cameras), self.size, self.size, 3), np.uint8)
         rows = np.arange(n) if active is None else np.flatnonzero(active)
-        if self._pool is None:
-            out[rows] = self._drawer.draw(state[rows], mocap[rows])
-            return out
-        # interleaved chunks: finished episodes tend to cluster, this keeps the workers' loads even
-        chunks = [rows[j::self.workers] for j in range(min(self.workers, len(rows)))]
-        futures = [self._pool.submit(_draw_in_worker, state[c], mocap[c]) for c in chunks]
-        for c, f in zip(chunks, futures):
-            out[c] = self._result(f)
+        if len(rows):
+            out[rows] = self._draw(rows, state, mocap) if self._pool else self._drawer.draw(state[rows], mocap[rows])
         return out
 
     def close(self):
